@@ -1,0 +1,238 @@
+"""The ledger: I/O-free counts per dimension, checked before anything is dispatched.
+
+A ledger may have a parent (a sub-agent's episode draws from its caller's
+budget). Every ledger of one tree shares the root's lock, so a check-and-charge
+over the whole ancestor chain is atomic across threads and asyncio tasks:
+concurrent children can never overspend their parent together.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
+from budgetmix.budget import DIMENSIONS, Budget
+from budgetmix.exceptions import ConfigError
+
+__all__ = ["Clock", "Ledger", "LedgerState"]
+
+Clock = Callable[[], float]
+_TOKEN_DIMS = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """A read-only snapshot of one ledger: limits (after grants) and usage.
+
+    ``turns_used`` counts turns already charged; while a turn is being
+    prepared (notice rendering) the current turn is already included, so
+    ``turn_number`` is the 1-based index of the turn in progress.
+    """
+
+    limits: Mapping[str, float | None]
+    used: Mapping[str, float]
+    in_turn: bool = False
+
+    def remaining(self, dimension: str) -> float | None:
+        """Units left in ``dimension`` (``None`` when unlimited)."""
+        limit = self.limits[dimension]
+        if limit is None:
+            return None
+        return max(0.0, limit - self.used[dimension])
+
+    @property
+    def turns_total(self) -> int:
+        return int(self.limits["turns"] or 0)
+
+    @property
+    def turns_used(self) -> int:
+        return int(self.used["turns"])
+
+    @property
+    def turn_number(self) -> int:
+        """1-based index of the turn in progress (or of the next turn)."""
+        return self.turns_used if self.in_turn else self.turns_used + 1
+
+    @property
+    def turns_remaining(self) -> int:
+        """Turns left, counting the turn in progress."""
+        return max(0, self.turns_total - self.turn_number + 1)
+
+    @property
+    def is_final_turn(self) -> bool:
+        return self.turns_remaining == 1
+
+
+class Ledger:
+    """Counts usage per dimension against a :class:`Budget`.
+
+    Methods named ``try_*`` check and charge atomically and return the name of
+    the refusing dimension (or ``None`` when charged). Nothing here sleeps,
+    sends or logs.
+    """
+
+    __slots__ = ("_clock", "_limits", "_lock", "_started", "_used", "accounting", "budget", "parent")
+
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        parent: Ledger | None = None,
+        accounting: AccountingPolicy = DEFAULT_ACCOUNTING,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if not isinstance(budget, Budget):
+            raise ConfigError(f"budget must be a Budget, got {type(budget).__name__}")
+        self.budget = budget
+        self.parent = parent
+        self.accounting = accounting
+        self._clock = clock
+        self._lock: threading.RLock = parent._lock if parent is not None else threading.RLock()
+        self._limits: dict[str, float | None] = budget.limits()
+        self._used: dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0)
+        self._started = clock()
+
+    # -- reading ---------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self._clock() - self._started
+
+    def state(self, *, in_turn: bool = False) -> LedgerState:
+        """Snapshot of this ledger (wall time read now)."""
+        used = dict(self._used)
+        used["wall_seconds"] = self.elapsed()
+        return LedgerState(limits=dict(self._limits), used=used, in_turn=in_turn)
+
+    def used(self, dimension: str) -> float:
+        return self.elapsed() if dimension == "wall_seconds" else self._used[dimension]
+
+    def limit(self, dimension: str) -> float | None:
+        return self._limits[dimension]
+
+    def chain(self) -> list[Ledger]:
+        """This ledger and its ancestors, nearest first."""
+        out: list[Ledger] = []
+        node: Ledger | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out
+
+    def blocking_dimension(self) -> str | None:
+        """The first dimension (here or in an ancestor) that forbids another turn."""
+        with self._lock:
+            return self._blocking(turns_needed=1)
+
+    # -- charging --------------------------------------------------------------
+    def _blocking(self, *, turns_needed: int) -> str | None:
+        for node in self.chain():
+            lim = node._limits
+            t = lim["turns"]
+            if t is not None and node._used["turns"] + turns_needed > t:
+                return "turns"
+            for dim in _TOKEN_DIMS:
+                cap = lim[dim]
+                if cap is not None and node._used[dim] >= cap:
+                    return dim
+            wall = lim["wall_seconds"]
+            if wall is not None and node.elapsed() >= wall:
+                return "wall_seconds"
+        return None
+
+    def try_charge_turn(self, turns: int = 1) -> str | None:
+        """Charge ``turns`` turns here and in every ancestor, or refuse all of it."""
+        with self._lock:
+            blocked = self._blocking(turns_needed=turns)
+            if blocked is None:
+                for node in self.chain():
+                    node._used["turns"] += turns
+            return blocked
+
+    def refund_turn(self, turns: int = 1) -> None:
+        """Give back turns charged for a request that produced no response."""
+        with self._lock:
+            for node in self.chain():
+                node._used["turns"] = max(0.0, node._used["turns"] - turns)
+
+    def try_charge_tool_batch(self, names: Sequence[str]) -> str | None:
+        """Pre-check and charge a whole tool batch; refuse it whole if it does not fit."""
+        calls = self.accounting.tool_calls_for_batch(names)
+        extra_turns = self.accounting.extra_turns_for_batch(names)
+        with self._lock:
+            for node in self.chain():
+                cap = node._limits["tool_calls"]
+                if cap is not None and node._used["tool_calls"] + calls > cap:
+                    return "tool_calls"
+                tcap = node._limits["turns"]
+                if extra_turns and tcap is not None and node._used["turns"] + extra_turns > tcap:
+                    return "turns"
+            for node in self.chain():
+                node._used["tool_calls"] += calls
+                node._used["turns"] += extra_turns
+            return None
+
+    def refund_tool_call(self, name: str) -> None:
+        """Give back one tool call (for policies that do not count failures)."""
+        if name in self.accounting.refunded_tools:
+            return
+        with self._lock:
+            for node in self.chain():
+                node._used["tool_calls"] = max(0.0, node._used["tool_calls"] - 1)
+
+    def add_usage(
+        self, *, input_tokens: int = 0, output_tokens: int = 0, cost_usd: float = 0.0
+    ) -> None:
+        """Record what a response consumed (known only after it arrives)."""
+        if input_tokens < 0 or output_tokens < 0 or cost_usd < 0:
+            raise ConfigError("usage must not be negative")
+        with self._lock:
+            for node in self.chain():
+                u = node._used
+                u["input_tokens"] += input_tokens
+                u["output_tokens"] += output_tokens
+                u["total_tokens"] += input_tokens + output_tokens
+                u["cost_usd"] += cost_usd
+
+    def grant(self, **extra: float) -> dict[str, float | None]:
+        """Raise limits of this ledger by the given amounts; returns the new limits.
+
+        Raises:
+            ConfigError: unknown dimension, non-positive amount, or a dimension
+                that has no limit to extend.
+        """
+        for dim, amount in extra.items():
+            if dim not in DIMENSIONS:
+                raise ConfigError(f"grant: unknown dimension {dim!r}")
+            if isinstance(amount, bool) or not isinstance(amount, int | float) or amount <= 0:
+                raise ConfigError(f"grant: {dim} must be a positive number, got {amount!r}")
+            if self._limits[dim] is None:
+                raise ConfigError(f"grant: {dim} has no limit to extend")
+        with self._lock:
+            for dim, amount in extra.items():
+                current = self._limits[dim]
+                assert current is not None
+                self._limits[dim] = current + amount
+            return dict(self._limits)
+
+    def counts(self) -> dict[str, float]:
+        used = dict(self._used)
+        used["wall_seconds"] = self.elapsed()
+        return used
+
+    def limits(self) -> dict[str, float | None]:
+        return dict(self._limits)
+
+
+def exceeded(state: LedgerState) -> list[str]:
+    """Dimensions whose usage is above the limit (should always be empty for turns)."""
+    out = []
+    for dim, lim in state.limits.items():
+        if lim is not None and state.used[dim] > lim and dim in ("turns", "tool_calls"):
+            out.append(dim)
+    return out
+
+
+def limits_of(limits: Mapping[str, float | None]) -> dict[str, float]:
+    return {k: v for k, v in limits.items() if v is not None}
