@@ -74,7 +74,16 @@ class Ledger:
     sends or logs.
     """
 
-    __slots__ = ("_clock", "_limits", "_lock", "_started", "_used", "accounting", "budget", "parent")
+    __slots__ = (
+        "_clock",
+        "_limits",
+        "_lock",
+        "_started",
+        "_used",
+        "accounting",
+        "budget",
+        "parent",
+    )
 
     def __init__(
         self,

@@ -67,7 +67,8 @@ def _render_v1(state: LedgerState) -> str:
     if state.turns_remaining <= 1:
         head = f"Budget (v1): turn {n} of {total}, the final turn."
     else:
-        head = f"Budget (v1): turn {n} of {total}, {state.turns_remaining} turns left including this one."
+        left = state.turns_remaining
+        head = f"Budget (v1): turn {n} of {total}, {left} turns left including this one."
     return head + _other_dimensions(state)
 
 

@@ -1,0 +1,223 @@
+"""The controller: wraps any agent loop in budgeted, traced episodes.
+
+Usage::
+
+    controller = BudgetController(Budget(turns=8))
+    with controller.episode(name="solve") as ep:
+        for turn in ep.turns(model="gpt-4o"):         # stops when the budget is spent
+            reply = llm(turn.openai_chat(messages))    # notice injected, history untouched
+            turn.usage(input_tokens=..., output_tokens=...)
+            if not reply.tool_calls:
+                ep.finish(success=True, output=reply.content)
+                break
+            calls = ep.tool_batch([c.name for c in reply.tool_calls])  # pre-checked
+            for call, tc in zip(calls, reply.tool_calls):
+                messages.append(call.run(tools[tc.name], **tc.args))
+    print(ep.result.status, ep.result.used["turns"])
+
+Exhaustion is an outcome (status ``budget_exhausted``) unless the controller was
+built with ``exhaustion="raise"``, in which case :class:`BudgetExhausted`
+(carrying counts and the partial transcript) leaves the ``with`` block.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+from budgetmix import semconv as sc
+from budgetmix._version import __version__
+from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
+from budgetmix.budget import Budget
+from budgetmix.episode import Episode
+from budgetmix.exceptions import ConfigError
+from budgetmix.hooks import Hooks
+from budgetmix.ledger import Clock
+from budgetmix.policy import (
+    EarlyStopPolicy,
+    EveryTurnNotice,
+    ExhaustionMode,
+    ExtensionPolicy,
+    NoticePolicy,
+)
+from budgetmix.retry import Classifier, RetryPolicy, classify_exception
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+__all__ = ["BudgetController", "current_episode"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "budgetmix_episode", default=None
+)
+
+
+def current_episode() -> Episode | None:
+    """The innermost episode entered in this thread or task, if any."""
+    return _CURRENT.get()
+
+
+class BudgetController:
+    """Runs episodes under a budget, a notice policy and an accounting policy.
+
+    Args:
+        budget: default limits of each episode.
+        name: the agent's name (``gen_ai.agent.name``).
+        accounting: what counts as a turn / tool call.
+        notice: when and in which format the model is told its budget.
+        exhaustion: ``"end"`` (status budget_exhausted), ``"raise"``, or ``"grace"``
+            (one tool-less wrap-up turn, then end).
+        extension: consulted when a limit refuses a turn.
+        early_stop: consulted after each step.
+        hooks: ``on_*`` callbacks.
+        retry: backoff for transient provider errors.
+        capture_content: put message content and tool arguments on spans (off by default).
+        warn_fraction: emit ``budgetmix.budget.warning`` when remaining turns fall to this share.
+        provider_name: ``gen_ai.provider.name`` for model spans.
+
+    Raises:
+        ConfigError: invalid arguments.
+    """
+
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        name: str = "agent",
+        accounting: AccountingPolicy = DEFAULT_ACCOUNTING,
+        notice: NoticePolicy | None = None,
+        exhaustion: ExhaustionMode = "end",
+        extension: ExtensionPolicy | None = None,
+        early_stop: EarlyStopPolicy | None = None,
+        hooks: Sequence[Hooks] = (),
+        retry: RetryPolicy | None = None,
+        classifier: Classifier = classify_exception,
+        capture_content: bool = False,
+        warn_fraction: float = 0.2,
+        provider_name: str | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if not isinstance(budget, Budget):
+            raise ConfigError(f"budget must be a Budget, got {type(budget).__name__}")
+        if exhaustion not in ("end", "raise", "grace"):
+            raise ConfigError(f"exhaustion must be 'end', 'raise' or 'grace', got {exhaustion!r}")
+        if not 0.0 <= warn_fraction < 1.0:
+            raise ConfigError(f"warn_fraction must lie in [0, 1), got {warn_fraction!r}")
+        self.budget = budget
+        self.name = name
+        self.accounting = accounting
+        self.notice: NoticePolicy = notice if notice is not None else EveryTurnNotice()
+        self.exhaustion: ExhaustionMode = exhaustion
+        self.extension = extension
+        self.early_stop = early_stop
+        self.hooks: tuple[Hooks, ...] = tuple(hooks)
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.classifier = classifier
+        self.capture_content = capture_content
+        self.warn_fraction = warn_fraction
+        self.provider_name = provider_name
+        self.clock = clock
+        self.tracer = trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("budgetmix", __version__, meter_provider=meter_provider)
+        self.m_turns = meter.create_histogram(
+            "budgetmix.episode.turns", unit="{turn}", description="Turns used per episode"
+        )
+        self.m_exhaustions = meter.create_counter("budgetmix.exhaustions", unit="{episode}")
+        self.m_mistakes = meter.create_counter("budgetmix.mistakes", unit="{mistake}")
+        self.m_recoveries = meter.create_counter("budgetmix.recoveries", unit="{recovery}")
+
+    def episode(
+        self,
+        *,
+        name: str | None = None,
+        budget: Budget | None = None,
+        episode_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        parent: Episode | None = None,
+    ) -> Episode:
+        """A new episode; enter it with ``with`` or ``async with``.
+
+        ``parent`` makes it a sub-agent episode that also draws from the parent's ledger.
+        """
+        return Episode(
+            self,
+            name=name or self.name,
+            budget=budget or self.budget,
+            episode_id=episode_id or uuid.uuid4().hex[:16],
+            metadata=metadata or {},
+            parent=parent,
+        )
+
+    def tool(self, fn: F) -> F:
+        """Decorate a tool function so calls inside an episode are charged and recorded.
+
+        Outside an episode the function runs unchanged. Inside, each call is a
+        batch of one (pre-checked), its exceptions become ``tool_error`` mistakes
+        and are re-raised.
+        """
+        tool_name = fn.__name__
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                ep = _CURRENT.get()
+                if ep is None:
+                    return await fn(*args, **kwargs)
+                (call,) = ep.tool_batch([tool_name])
+                return await call.arun(fn, *args, **kwargs)
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ep = _CURRENT.get()
+            if ep is None:
+                return fn(*args, **kwargs)
+            (call,) = ep.tool_batch([tool_name])
+            return call.run(fn, *args, **kwargs)
+
+        return cast(F, wrapper)
+
+    # -- used by Episode ---------------------------------------------------------------
+    def _enter(self, episode: Episode) -> contextvars.Token[Episode | None]:
+        return _CURRENT.set(episode)
+
+    def _exit(self, token: contextvars.Token[Episode | None]) -> None:
+        try:
+            _CURRENT.reset(token)
+        except ValueError:
+            # exited in another context (e.g. a different task); nothing to restore
+            _CURRENT.set(None)
+
+    def _start_episode_span(self, episode: Episode) -> trace.Span:
+        parent_ctx = trace.set_span_in_context(episode.parent._span) if episode.parent else None
+        span = self.tracer.start_span(
+            f"invoke_agent {episode.name}", context=parent_ctx, kind=SpanKind.INTERNAL
+        )
+        if span.is_recording():
+            span.set_attribute(sc.GEN_AI_OPERATION_NAME, "invoke_agent")
+            span.set_attribute(sc.GEN_AI_AGENT_NAME, episode.name)
+            span.set_attribute(sc.GEN_AI_AGENT_ID, episode.id)
+            span.set_attribute(sc.BM_EPISODE_ID, episode.id)
+            span.set_attribute(sc.BM_NOTICE_FORMAT, self.notice.format)
+            if self.provider_name:
+                span.set_attribute(sc.GEN_AI_PROVIDER_NAME, self.provider_name)
+            for k, v in self.accounting.as_attributes().items():
+                span.set_attribute(k, v)
+            for dim, lim in episode.ledger.limits().items():
+                if lim is not None:
+                    span.set_attribute(sc.bm_limit(dim), lim)
+        return span
+
+    @staticmethod
+    def _set_error(span: trace.Span, error_type: str) -> None:
+        span.set_attribute(sc.ERROR_TYPE, error_type)
+        span.set_status(Status(StatusCode.ERROR))

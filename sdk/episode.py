@@ -1,0 +1,532 @@
+"""An episode: one budgeted run of an agent loop, with its ledger, events and spans."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from budgetmix import semconv as sc
+from budgetmix.budget import DIMENSIONS, Budget
+from budgetmix.events import (
+    BudgetEvent,
+    EpisodeResult,
+    EpisodeStatus,
+    Mistake,
+    MistakeKind,
+    Recovery,
+)
+from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
+from budgetmix.hooks import call_hooks
+from budgetmix.ledger import Ledger, LedgerState
+from budgetmix.notice import render_notice
+from budgetmix.policy import StepRecord
+from budgetmix.recovery import RecoveryTracker
+from budgetmix.steps import ToolCall, Turn
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+if TYPE_CHECKING:
+    import contextvars
+
+    from budgetmix.controller import BudgetController
+
+__all__ = ["Episode"]
+
+
+class Episode:
+    """One budgeted run. Create with :meth:`BudgetController.episode`; use as a
+    (sync or async) context manager. After exit, :attr:`result` holds the outcome."""
+
+    def __init__(
+        self,
+        controller: BudgetController,
+        *,
+        name: str,
+        budget: Budget,
+        episode_id: str,
+        metadata: dict[str, Any],
+        parent: Episode | None,
+    ) -> None:
+        self.controller = controller
+        self.name = name
+        self.id = episode_id
+        self.metadata = metadata
+        self.parent = parent
+        self.ledger: Ledger = Ledger(
+            budget,
+            parent=parent.ledger if parent is not None else None,
+            accounting=controller.accounting,
+            clock=controller.clock,
+        )
+        self.transcript: list[Any] = []
+        self.result: EpisodeResult | None = None
+        self._tracker = RecoveryTracker()
+        self._steps: list[StepRecord] = []
+        self._events: list[BudgetEvent] = []
+        self._hook_errors: list[str] = []
+        self._lock = threading.Lock()
+        self._turn: Turn | None = None
+        self._status: EpisodeStatus | None = None
+        self._stop_reason: str | None = None
+        self._exhausted: str | None = None
+        self._early_stop: str | None = None
+        self._grace_used = False
+        self._warned = False
+        self._grants = 0
+        self._output: Any = None
+        self._span: trace.Span = trace.INVALID_SPAN
+        self._ctx_token: contextvars.Token[Episode | None] | None = None
+        self._span_token: object | None = None
+
+    # -- EpisodeView (what policies read) ----------------------------------------------
+    @property
+    def state(self) -> LedgerState:
+        return self.ledger.state(in_turn=self._turn is not None)
+
+    @property
+    def mistakes(self) -> Sequence[Mistake]:
+        return self._tracker.mistakes
+
+    @property
+    def recoveries(self) -> Sequence[Recovery]:
+        return self._tracker.recoveries
+
+    @property
+    def steps(self) -> Sequence[StepRecord]:
+        return self._steps
+
+    @property
+    def grants(self) -> int:
+        return self._grants
+
+    @property
+    def turn_number(self) -> int:
+        return int(self.ledger.used("turns"))
+
+    @property
+    def finished(self) -> bool:
+        return self._status is not None
+
+    # -- context management ------------------------------------------------------------
+    def __enter__(self) -> Episode:
+        c = self.controller
+        self._span = c._start_episode_span(self)
+        self._ctx_token = c._enter(self)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        suppress = False
+        if exc is None:
+            if self._status is None:
+                if self._exhausted is not None:
+                    self._close(EpisodeStatus.BUDGET_EXHAUSTED, self._exhausted)
+                elif self._early_stop is not None:
+                    self._close(EpisodeStatus.EARLY_STOPPED, self._early_stop)
+                else:
+                    self._close(EpisodeStatus.FAILED, None)
+        elif isinstance(exc, BudgetExhausted) and exc.episode_id in (self.id, None):
+            self._close(EpisodeStatus.BUDGET_EXHAUSTED, exc.dimension)
+            suppress = self.controller.exhaustion != "raise"
+        elif isinstance(exc, EarlyStopped) and exc.episode_id in (self.id, None):
+            self._close(EpisodeStatus.EARLY_STOPPED, exc.reason)
+            suppress = self.controller.exhaustion != "raise"
+        else:
+            self._close(EpisodeStatus.ERROR, None, error=f"{type(exc).__name__}: {exc}"[:500])
+        if self._ctx_token is not None:
+            self.controller._exit(self._ctx_token)
+            self._ctx_token = None
+        if (
+            exc is None
+            and self.controller.exhaustion == "raise"
+            and self.result is not None
+            and self.result.status is EpisodeStatus.BUDGET_EXHAUSTED
+        ):
+            raise self._exhausted_error(self.result.stop_reason or "turns")
+        return suppress
+
+    async def __aenter__(self) -> Episode:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+    # -- turns -------------------------------------------------------------------------
+    def begin_turn(self, *, model: str | None = None) -> Turn:
+        """Charge one turn and return it; the request may now be sent.
+
+        Raises:
+            BudgetExhausted: a limit refuses the turn (nothing should be sent).
+            EarlyStopped: an early-stop policy ended the episode.
+            BudgetmixError: the episode already finished.
+        """
+        turn = self.try_begin_turn(model=model)
+        if turn is None:
+            if self._early_stop is not None:
+                raise EarlyStopped(self._early_stop, self.id)
+            raise self._exhausted_error(self._exhausted or "turns")
+        return turn
+
+    def try_begin_turn(self, *, model: str | None = None) -> Turn | None:
+        """Like :meth:`begin_turn`, but returns ``None`` where it would raise a budget stop."""
+        if self._status is not None:
+            raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
+        self._end_turn()
+        if self._early_stop is not None:
+            return None
+        if self._exhausted is not None:
+            return self._grace_turn(model) if self._grace_allowed() else None
+        blocked = self.ledger.try_charge_turn()
+        while blocked is not None:
+            grant = self._ask_extension(blocked)
+            if grant is None:
+                self._mark_exhausted(blocked)
+                return self._grace_turn(model) if self._grace_allowed() else None
+            blocked = self.ledger.try_charge_turn()
+        return self._open_turn(model, grace=False)
+
+    def turns(self, *, model: str | None = None) -> Iterator[Turn]:
+        """Yield charged turns until the budget (or an early stop) ends the loop."""
+        while True:
+            turn = self.try_begin_turn(model=model)
+            if turn is None:
+                return
+            with turn:
+                yield turn
+            if self._status is not None:
+                return
+
+    @property
+    def notice(self) -> str | None:
+        """The notice of the turn in progress (``None`` if none or the policy is silent)."""
+        return self._turn.notice if self._turn is not None else None
+
+    def render_notice(self) -> str:
+        """The notice for the current state, regardless of the notice policy."""
+        return render_notice(self.state, self.controller.notice.format)
+
+    def _grace_allowed(self) -> bool:
+        return (
+            self.controller.exhaustion == "grace"
+            and not self._grace_used
+            and self._exhausted == "turns"
+        )
+
+    def _open_turn(self, model: str | None, *, grace: bool) -> Turn:
+        c = self.controller
+        state = self.ledger.state(in_turn=True)
+        notice: str | None = None
+        if grace or c.notice.should_notify(state):
+            notice = render_notice(state, c.notice.format)
+        number = state.turn_number + (1 if grace else 0)
+        span = c.tracer.start_span(
+            f"chat {model}" if model else "chat",
+            context=trace.set_span_in_context(self._span),
+            kind=SpanKind.CLIENT,
+        )
+        if span.is_recording():
+            span.set_attribute(sc.GEN_AI_OPERATION_NAME, "chat")
+            if c.provider_name:
+                span.set_attribute(sc.GEN_AI_PROVIDER_NAME, c.provider_name)
+            if model:
+                span.set_attribute(sc.GEN_AI_REQUEST_MODEL, model)
+            span.set_attribute(sc.BM_TURN, number)
+            span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
+            if grace:
+                span.set_attribute("budgetmix.grace_turn", True)
+        turn = Turn(self, number, model, notice, span, grace=grace)
+        self._turn = turn
+        if not grace:
+            self._maybe_warn(state)
+            call_hooks(c.hooks, "on_turn", self, number)
+        return turn
+
+    def _grace_turn(self, model: str | None) -> Turn:
+        self._grace_used = True
+        self._event(sc.BM_EVENT_GRACE, "grace_turn", {})
+        return self._open_turn(model, grace=True)
+
+    def _end_turn(self) -> None:
+        if self._turn is not None:
+            self._turn.end()
+            self._turn = None
+
+    def _maybe_warn(self, state: LedgerState) -> None:
+        if self._warned or self.controller.warn_fraction <= 0:
+            return
+        threshold = max(1, math.ceil(self.controller.warn_fraction * state.turns_total))
+        if state.turns_remaining <= threshold:
+            self._warned = True
+            self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": state.turns_remaining})
+            call_hooks(self.controller.hooks, "on_budget_warning", self, state)
+
+    def _ask_extension(self, dimension: str) -> dict[str, float] | None:
+        ext = self.controller.extension
+        if ext is None:
+            return None
+        grant = ext.on_limit(self, dimension)
+        if not grant:
+            return None
+        self.grant(**grant)
+        return grant
+
+    def _mark_exhausted(self, dimension: str) -> None:
+        if self._exhausted is None:
+            self._exhausted = dimension
+            self._event(sc.BM_EVENT_EXHAUSTED, "exhausted", {"dimension": dimension})
+            self.controller.m_exhaustions.add(1, {"dimension": dimension})
+            call_hooks(self.controller.hooks, "on_exhausted", self, dimension)
+
+    def _exhausted_error(self, dimension: str) -> BudgetExhausted:
+        return BudgetExhausted(
+            dimension,
+            self.ledger.counts(),
+            self.ledger.limits(),
+            transcript=self.transcript,
+            episode_id=self.id,
+        )
+
+    def _wall_left(self) -> float | None:
+        lim = self.ledger.limit("wall_seconds")
+        return None if lim is None else max(0.0, lim - self.ledger.elapsed())
+
+    # -- tools -------------------------------------------------------------------------
+    def tool_batch(
+        self, names: Sequence[str], call_ids: Sequence[str | None] | None = None
+    ) -> list[ToolCall]:
+        """Pre-check and charge a (parallel) batch of tool calls as a whole.
+
+        Raises:
+            BudgetExhausted: the batch does not fit; no call of it was charged.
+            ValueError: ``call_ids`` has another length than ``names``.
+        """
+        ids: Sequence[str | None] = call_ids if call_ids is not None else [None] * len(names)
+        if len(ids) != len(names):
+            raise ValueError("call_ids must have one entry per tool name")
+        blocked = self.ledger.try_charge_tool_batch(names)
+        while blocked is not None:
+            if self._ask_extension(blocked) is None:
+                self._mark_exhausted(blocked)
+                raise self._exhausted_error(blocked)
+            blocked = self.ledger.try_charge_tool_batch(names)
+        parent = self._turn._span if self._turn is not None else self._span
+        ctx = trace.set_span_in_context(parent)
+        turn = self.turn_number
+        calls = []
+        for name, cid in zip(names, ids, strict=True):
+            span = self.controller.tracer.start_span(
+                f"execute_tool {name}", context=ctx, kind=SpanKind.INTERNAL
+            )
+            if span.is_recording():
+                span.set_attribute(sc.GEN_AI_OPERATION_NAME, "execute_tool")
+                span.set_attribute(sc.GEN_AI_TOOL_NAME, name)
+                span.set_attribute(sc.GEN_AI_TOOL_TYPE, "function")
+                if cid:
+                    span.set_attribute(sc.GEN_AI_TOOL_CALL_ID, cid)
+            calls.append(ToolCall(self, name, cid, turn, span))
+        return calls
+
+    def tool_call(self, name: str, call_id: str | None = None) -> ToolCall:
+        """A batch of one."""
+        return self.tool_batch([name], [call_id])[0]
+
+    def _tool_finished(self, call: ToolCall, *, mistake: MistakeKind | None, detail: str) -> None:
+        if mistake is not None:
+            if not self.ledger.accounting.count_failed_tool_calls:
+                self.ledger.refund_tool_call(call.name)
+            self.record_mistake(mistake, tool=call.name, call_id=call.call_id, detail=detail)
+        else:
+            self.record_step(ok=True, progress=True)
+        call_hooks(self.controller.hooks, "on_tool_result", self, call)
+
+    # -- mistakes, steps, recoveries ---------------------------------------------------
+    def record_mistake(
+        self,
+        kind: MistakeKind | str,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        detail: str = "",
+    ) -> Mistake:
+        """Record a mistake (also a failed step) and emit ``budgetmix.mistake``."""
+        m = self._tracker.mistake(kind, self.turn_number, tool=tool, call_id=call_id, detail=detail)
+        self._steps.append(StepRecord(self.turn_number, ok=False, mistake=str(m.kind)))
+        span = self._current_span()
+        if span.is_recording():
+            attrs: dict[str, str | int] = {
+                "budgetmix.mistake.id": m.id,
+                "budgetmix.mistake.kind": str(m.kind),
+                "budgetmix.turn": m.turn,
+            }
+            if tool:
+                attrs["gen_ai.tool.name"] = tool
+            if call_id:
+                attrs["gen_ai.tool.call.id"] = call_id
+            span.add_event(sc.BM_EVENT_MISTAKE, attrs)
+        self.controller.m_mistakes.add(1, {"kind": str(m.kind)})
+        call_hooks(self.controller.hooks, "on_mistake", self, m)
+        self._check_early_stop()
+        return m
+
+    def record_step(
+        self,
+        *,
+        ok: bool,
+        progress: bool = False,
+        mistake: MistakeKind | str | None = None,
+        detail: str = "",
+    ) -> None:
+        """Record an environment step; a failed one records a mistake of ``mistake`` kind
+        (default ``env_action_failed``), a successful one may complete a recovery."""
+        if not ok:
+            self.record_mistake(mistake or MistakeKind.ENV_ACTION_FAILED, detail=detail)
+            return
+        self._steps.append(StepRecord(self.turn_number, ok=True, progress=progress))
+        recovery = self._tracker.success(self.turn_number)
+        if recovery is not None:
+            span = self._current_span()
+            if span.is_recording():
+                span.add_event(
+                    sc.BM_EVENT_RECOVERY,
+                    {
+                        "budgetmix.recovery.id": recovery.id,
+                        "budgetmix.recovery.recovered": list(recovery.recovered),
+                        "budgetmix.recovery.turns": recovery.turns_to_recover,
+                    },
+                )
+            self.controller.m_recoveries.add(1)
+            call_hooks(self.controller.hooks, "on_recovery", self, recovery)
+        self._check_early_stop()
+
+    def _check_early_stop(self) -> None:
+        policy = self.controller.early_stop
+        if policy is None or self._early_stop is not None:
+            return
+        reason = policy.check(self)
+        if reason:
+            self._early_stop = reason
+            self._event("budgetmix.early_stop", "early_stop", {"reason": reason})
+
+    # -- budget changes, children, transcript ------------------------------------------
+    def grant(self, **extra: float) -> None:
+        """Extend limits at run time (``grant(turns=3)``); recorded as an event.
+
+        Raises:
+            ConfigError: unknown dimension, non-positive amount or unlimited dimension.
+        """
+        limits = self.ledger.grant(**extra)
+        self._grants += 1
+        if self._exhausted is not None and self.ledger.blocking_dimension() is None:
+            self._exhausted = None
+        self._event(
+            sc.BM_EVENT_EXTENDED,
+            "extended",
+            {**{f"added_{k}": v for k, v in extra.items()}, "turns_limit": limits["turns"] or 0},
+        )
+
+    def child(self, budget: Budget, *, name: str | None = None) -> Episode:
+        """A sub-agent episode with its own limits that also draws from this one."""
+        return self.controller.episode(
+            name=name or f"{self.name}.child", budget=budget, parent=self
+        )
+
+    def record_message(self, message: Any) -> None:
+        """Keep a message in the transcript that budget errors carry."""
+        self.transcript.append(message)
+
+    # -- ending ------------------------------------------------------------------------
+    def finish(self, success: bool, output: Any = None) -> EpisodeResult:
+        """End the episode as a success or a failure (before the ``with`` block exits)."""
+        if self._status is not None:
+            raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
+        if success and self._tracker.unrecovered:
+            self.record_step(ok=True, progress=True)
+        self._output = output
+        return self._close(EpisodeStatus.SUCCESS if success else EpisodeStatus.FAILED, None)
+
+    def _close(
+        self, status: EpisodeStatus, stop_reason: str | None, *, error: str | None = None
+    ) -> EpisodeResult:
+        if self.result is not None:
+            return self.result
+        self._end_turn()
+        self._status = status
+        used = self.ledger.counts()
+        span = self._span
+        trace_id = None
+        ctx = span.get_span_context()
+        if ctx.is_valid:
+            trace_id = format(ctx.trace_id, "032x")
+        self.result = EpisodeResult(
+            episode_id=self.id,
+            name=self.name,
+            status=status,
+            stop_reason=stop_reason,
+            used=used,
+            limits=self.ledger.limits(),
+            mistakes=tuple(self._tracker.mistakes),
+            recoveries=tuple(self._tracker.recoveries),
+            events=tuple(self._events),
+            trace_id=trace_id,
+            grace_turn=self._grace_used,
+            final_output=self._output,
+            error=error,
+            metadata=dict(self.metadata),
+        )
+        if span.is_recording():
+            span.set_attribute(sc.BM_STATUS, str(status))
+            if stop_reason:
+                span.set_attribute(sc.BM_STOP_REASON, stop_reason)
+            span.set_attribute(sc.BM_MISTAKES, len(self._tracker.mistakes))
+            span.set_attribute(sc.BM_RECOVERIES, len(self._tracker.recoveries))
+            limits = self.ledger.limits()
+            for dim in DIMENSIONS:
+                lim = limits[dim]
+                span.set_attribute(sc.bm_used(dim), used[dim])
+                if lim is not None:
+                    span.set_attribute(sc.bm_limit(dim), lim)
+                    span.set_attribute(sc.bm_remaining(dim), max(0.0, lim - used[dim]))
+            if status is EpisodeStatus.ERROR:
+                self.controller._set_error(span, (error or "error").split(":")[0])
+        span.end()
+        self.controller.m_turns.record(used["turns"], {"status": str(status)})
+        call_hooks(self.controller.hooks, "on_finish", self, self.result)
+        return self.result
+
+    # -- internals ---------------------------------------------------------------------
+    def _current_span(self) -> trace.Span:
+        return self._turn._span if self._turn is not None else self._span
+
+    def _event(self, otel_name: str, kind: str, detail: dict[str, Any]) -> None:
+        self._events.append(BudgetEvent(kind=kind, turn=self.turn_number, detail=detail))
+        if self._span.is_recording():
+            self._span.add_event(
+                otel_name,
+                {
+                    "budgetmix.turn": self.turn_number,
+                    **{f"budgetmix.{k}": v for k, v in detail.items()},
+                },
+            )
+
+    def _provider_failure(self, turn: Turn, exc: BaseException) -> None:
+        if not self.ledger.accounting.count_failed_requests:
+            self.ledger.refund_turn()
+        self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=type(exc).__name__)
+
+    def _on_retry(self, turn: Turn, attempt: int, exc: BaseException, delay: float) -> None:
+        if self.ledger.accounting.count_retries:
+            blocked = self.ledger.try_charge_turn()
+            if blocked is not None:
+                self._mark_exhausted(blocked)
+                raise self._exhausted_error(blocked) from exc
+        span = turn._span
+        if span.is_recording():
+            span.add_event(
+                sc.BM_EVENT_RETRY,
+                {
+                    "budgetmix.retry.attempt": attempt,
+                    "budgetmix.retry.delay_s": delay,
+                    "error.type": type(exc).__name__,
+                },
+            )

@@ -1,0 +1,212 @@
+"""Retries of transient provider errors, built on tenacity.
+
+Retries never consume turns (see :class:`~budgetmix.AccountingPolicy`) but do
+consume wall time, so the retry loop gives up rather than sleep past the
+episode's wall-clock budget. Every retry is reported through ``on_retry``
+(the controller turns it into a span event). Tests inject ``sleep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import tenacity
+from budgetmix.exceptions import ConfigError
+
+__all__ = [
+    "RetryPolicy",
+    "TransientInfo",
+    "acall_with_retry",
+    "call_with_retry",
+    "classify_exception",
+]
+
+T = TypeVar("T")
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+
+@dataclass(frozen=True, slots=True)
+class TransientInfo:
+    """Whether an exception is worth retrying, and the server's Retry-After if given."""
+
+    transient: bool
+    status_code: int | None = None
+    retry_after: float | None = None
+
+
+def _retry_after(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+        raw = headers.get("retry-after")
+    except AttributeError:
+        return None
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(raw)
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+def classify_exception(exc: BaseException) -> TransientInfo:
+    """Classify an exception from any provider SDK or httpx without importing them.
+
+    Transient: HTTP 408/409/425/429/5xx/529, timeouts, connection errors/resets.
+    """
+    name = type(exc).__name__
+    response = getattr(exc, "response", None)
+    status = getattr(exc, "status_code", None)
+    if status is None and response is not None:
+        status = getattr(response, "status_code", None)
+    headers = getattr(response, "headers", None) if response is not None else None
+    if isinstance(status, int):
+        transient = status in _TRANSIENT_STATUS or status >= 500
+        return TransientInfo(transient, status, _retry_after(headers) if transient else None)
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return TransientInfo(True)
+    transient_names = (
+        "Timeout",
+        "ConnectError",
+        "ConnectionError",
+        "APIConnectionError",
+        "APITimeoutError",
+        "RemoteProtocolError",
+        "ReadError",
+        "WriteError",
+    )
+    return TransientInfo(any(n in name for n in transient_names))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for transient provider errors.
+
+    Attributes:
+        max_attempts: total attempts including the first (1 = no retries).
+        initial_delay: seconds before the first retry.
+        max_delay: cap of one wait.
+        multiplier: growth per attempt.
+        jitter: fraction of the delay added at random (0..jitter).
+        honour_retry_after: use the server's Retry-After when it is longer.
+    """
+
+    max_attempts: int = 4
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.25
+    honour_retry_after: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or self.max_attempts < 1:
+            raise ConfigError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts!r}")
+        for name in ("initial_delay", "max_delay", "multiplier", "jitter"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"RetryPolicy.{name} must be >= 0, got {value!r}")
+
+    def delay(self, attempt: int, info: TransientInfo, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
+        base += base * self.jitter * rng.random()
+        if self.honour_retry_after and info.retry_after is not None:
+            base = max(base, min(info.retry_after, self.max_delay))
+        return base
+
+
+OnRetry = Callable[[int, BaseException, float], None]
+Classifier = Callable[[BaseException], TransientInfo]
+
+
+def _retrying_kwargs(
+    policy: RetryPolicy,
+    *,
+    wall_left: Callable[[], float | None],
+    on_retry: OnRetry | None,
+    classifier: Classifier,
+    rng: random.Random,
+) -> dict[str, Any]:
+    def wait(rs: tenacity.RetryCallState) -> float:
+        exc = rs.outcome.exception() if rs.outcome else None
+        info = classifier(exc) if exc is not None else TransientInfo(False)
+        return policy.delay(rs.attempt_number, info, rng)
+
+    def stop(rs: tenacity.RetryCallState) -> bool:
+        if rs.attempt_number >= policy.max_attempts:
+            return True
+        left = wall_left()
+        # tenacity computes the wait before asking stop: never sleep past the wall budget
+        return left is not None and rs.upcoming_sleep >= left
+
+    def before_sleep(rs: tenacity.RetryCallState) -> None:
+        if on_retry is not None and rs.outcome is not None:
+            exc = rs.outcome.exception()
+            if exc is not None:
+                on_retry(rs.attempt_number, exc, rs.upcoming_sleep)
+
+    def should_retry(exc: BaseException) -> bool:
+        return classifier(exc).transient
+
+    return {
+        "stop": stop,
+        "wait": wait,
+        "retry": tenacity.retry_if_exception(should_retry),
+        "before_sleep": before_sleep,
+        "reraise": True,
+    }
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    policy: RetryPolicy,
+    *,
+    wall_left: Callable[[], float | None] = lambda: None,
+    on_retry: OnRetry | None = None,
+    classifier: Classifier = classify_exception,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """Call ``fn`` and retry transient failures; the last exception propagates."""
+    kwargs = _retrying_kwargs(
+        policy,
+        wall_left=wall_left,
+        on_retry=on_retry,
+        classifier=classifier,
+        rng=rng or random.Random(),
+    )
+    retrying = tenacity.Retrying(sleep=sleep, **kwargs)
+    return retrying(fn)
+
+
+async def acall_with_retry(
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    wall_left: Callable[[], float | None] = lambda: None,
+    on_retry: OnRetry | None = None,
+    classifier: Classifier = classify_exception,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """Async twin of :func:`call_with_retry` over the same decision code."""
+    kwargs = _retrying_kwargs(
+        policy,
+        wall_left=wall_left,
+        on_retry=on_retry,
+        classifier=classifier,
+        rng=rng or random.Random(),
+    )
+    retrying = tenacity.AsyncRetrying(sleep=sleep, **kwargs)
+    result: T = await retrying(fn)
+    return result

@@ -1,0 +1,236 @@
+"""Turns and tool calls: the two things an episode charges.
+
+A :class:`Turn` is one model call (charged before the request is sent); a
+:class:`ToolCall` is one call of a tool inside a pre-checked batch. Both are
+context managers that end their span and record their outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from budgetmix import semconv as sc
+from budgetmix.events import MistakeKind
+from budgetmix.exceptions import BudgetExhausted, ProviderError
+from budgetmix.notice import (
+    with_notice_anthropic,
+    with_notice_openai_chat,
+    with_notice_openai_responses,
+)
+from budgetmix.retry import acall_with_retry, call_with_retry, classify_exception
+from opentelemetry.trace import Span, Status, StatusCode
+
+if TYPE_CHECKING:
+    from budgetmix.episode import Episode
+
+__all__ = ["ToolCall", "Turn"]
+
+T = TypeVar("T")
+
+
+class Turn:
+    """One charged model turn. ``notice`` is the text to inject (``None`` when the
+    notice policy is silent this turn); ``grace`` marks the tool-less wrap-up turn."""
+
+    __slots__ = ("_ended", "_span", "episode", "grace", "model", "notice", "number")
+
+    def __init__(
+        self,
+        episode: Episode,
+        number: int,
+        model: str | None,
+        notice: str | None,
+        span: Span,
+        *,
+        grace: bool = False,
+    ) -> None:
+        self.episode = episode
+        self.number = number
+        self.model = model
+        self.notice = notice
+        self.grace = grace
+        self._span = span
+        self._ended = False
+
+    # -- notice injection (new lists; the caller's history is never touched) -------
+    def openai_chat(self, messages: Sequence[Any]) -> list[Any]:
+        """``messages`` plus the notice as a trailing user message (if any)."""
+        return with_notice_openai_chat(messages, self.notice) if self.notice else list(messages)
+
+    def openai_responses(self, input_items: str | Sequence[Any]) -> list[Any] | str:
+        if not self.notice:
+            return input_items if isinstance(input_items, str) else list(input_items)
+        return with_notice_openai_responses(input_items, self.notice)
+
+    def anthropic(self, messages: Sequence[Any]) -> list[Any]:
+        return with_notice_anthropic(messages, self.notice) if self.notice else list(messages)
+
+    # -- recording ---------------------------------------------------------------
+    def usage(
+        self,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd: float = 0.0,
+        response_model: str | None = None,
+        finish_reasons: Sequence[str] | None = None,
+    ) -> None:
+        """Record what the response consumed (tokens and cost are known only now)."""
+        self.episode.ledger.add_usage(
+            input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
+        )
+        span = self._span
+        if span.is_recording():
+            span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
+            span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
+            if response_model:
+                span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response_model)
+            if finish_reasons:
+                span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, list(finish_reasons))
+
+    def record_content(self, *, input_messages: Any = None, output_messages: Any = None) -> None:
+        """Attach message content to the span, only when content capture is enabled."""
+        span = self._span
+        if not (self.episode.controller.capture_content and span.is_recording()):
+            return
+        if input_messages is not None:
+            span.set_attribute(sc.GEN_AI_INPUT_MESSAGES, json.dumps(input_messages, default=str))
+        if output_messages is not None:
+            span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, json.dumps(output_messages, default=str))
+
+    def failed(self, exc: BaseException) -> ProviderError:
+        """Record a provider failure (after retries) and return the error to raise."""
+        info = classify_exception(exc)
+        self.episode._provider_failure(self, exc)
+        if isinstance(exc, ProviderError):
+            return exc
+        return ProviderError(
+            f"{type(exc).__name__}: provider call failed",
+            status_code=info.status_code,
+            retryable=info.transient,
+        )
+
+    def end(self) -> None:
+        """End the turn's span (idempotent)."""
+        if not self._ended:
+            self._ended = True
+            self._span.end()
+
+    # -- calling with retries --------------------------------------------------------
+    def call(self, fn: Callable[[], T], *, sleep: Callable[[float], None] | None = None) -> T:
+        """Call ``fn`` with the controller's retry policy; a final failure is recorded
+        as a ``provider_error`` mistake and raised as :class:`ProviderError`."""
+        ep = self.episode
+        kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
+        try:
+            return call_with_retry(
+                fn,
+                ep.controller.retry,
+                wall_left=ep._wall_left,
+                on_retry=self._on_retry,
+                classifier=ep.controller.classifier,
+                **kwargs,
+            )
+        except BudgetExhausted:
+            raise
+        except Exception as exc:
+            raise self.failed(exc) from exc
+
+    async def acall(
+        self,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> T:
+        """Async twin of :meth:`call`."""
+        ep = self.episode
+        kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
+        try:
+            return await acall_with_retry(
+                fn,
+                ep.controller.retry,
+                wall_left=ep._wall_left,
+                on_retry=self._on_retry,
+                classifier=ep.controller.classifier,
+                **kwargs,
+            )
+        except BudgetExhausted:
+            raise
+        except Exception as exc:
+            raise self.failed(exc) from exc
+
+    def _on_retry(self, attempt: int, exc: BaseException, delay: float) -> None:
+        self.episode._on_retry(self, attempt, exc, delay)
+
+    def __enter__(self) -> Turn:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None and self._span.is_recording():
+            self._span.set_attribute(sc.ERROR_TYPE, type(exc).__name__)
+            self._span.set_status(Status(StatusCode.ERROR))
+        self.end()
+
+
+class ToolCall:
+    """One tool call of a pre-checked batch; records success or failure and its span."""
+
+    __slots__ = ("_span", "call_id", "episode", "error", "name", "ok", "result", "turn")
+
+    def __init__(
+        self, episode: Episode, name: str, call_id: str | None, turn: int, span: Span
+    ) -> None:
+        self.episode = episode
+        self.name = name
+        self.call_id = call_id
+        self.turn = turn
+        self._span = span
+        self.ok: bool | None = None
+        self.error: str | None = None
+        self.result: Any = None
+
+    def succeed(self, result: Any = None) -> None:
+        """Mark the call successful (a recovery if mistakes were pending)."""
+        if self.ok is not None:
+            return
+        self.ok, self.result = True, result
+        ep = self.episode
+        if ep.controller.capture_content and self._span.is_recording() and result is not None:
+            self._span.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, json.dumps(result, default=str))
+        ep._tool_finished(self, mistake=None, detail="")
+        self._span.end()
+
+    def fail(self, detail: str = "", kind: MistakeKind | str = MistakeKind.TOOL_ERROR) -> None:
+        """Mark the call failed with a mistake of ``kind`` (default ``tool_error``)."""
+        if self.ok is not None:
+            return
+        self.ok, self.error = False, detail
+        if self._span.is_recording():
+            self._span.set_attribute(sc.ERROR_TYPE, str(MistakeKind(kind)))
+            self._span.set_status(Status(StatusCode.ERROR))
+        self.episode._tool_finished(self, mistake=MistakeKind(kind), detail=detail)
+        self._span.end()
+
+    def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Call ``fn(*args, **kwargs)`` as this call; an exception is recorded, re-raised."""
+        with self:
+            result = fn(*args, **kwargs)
+            self.succeed(result)
+            return result
+
+    async def arun(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        with self:
+            result = await fn(*args, **kwargs)
+            self.succeed(result)
+            return result
+
+    def __enter__(self) -> ToolCall:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            self.fail(f"{type(exc).__name__}: {exc}"[:500])
+        elif self.ok is None:
+            self.succeed()
