@@ -1,0 +1,122 @@
+"""The provider-neutral chat model seam used by :func:`budgetmix.adapters.run_agent`.
+
+Every adapter (OpenAI, Anthropic, raw HTTP, local transformers, the scripted
+test double) offers a :class:`ChatModel`: one ``complete`` call that takes the
+conversation, the tool specs and the notice, and returns a
+:class:`ModelResponse`. The loop owns budgets, tools, retries and tracing; the
+model only translates to and from its provider's wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "AsyncChatModel",
+    "ChatMessage",
+    "ChatModel",
+    "ModelResponse",
+    "ToolCallRequest",
+    "ToolSpec",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRequest:
+    """A tool call the model asked for. ``arguments`` is the raw JSON text as sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatMessage:
+    """One message of the neutral conversation.
+
+    ``tool_calls`` is set on assistant messages that call tools; ``tool_call_id``
+    and ``is_error`` on tool results.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool the model may call: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """What one model call returned, in neutral form.
+
+    ``finish_reason`` is normalised to ``stop``, ``tool_calls``, ``length`` or
+    ``error``; ``usage`` is ``None`` when the provider did not report it.
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    finish_reason: str = "stop"
+    usage: Usage | None = None
+    model: str | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A synchronous chat model.
+
+    ``notice`` is the budget notice to inject ephemerally after the latest
+    message (in the provider's message shape), or ``None``. ``tool_choice="none"``
+    asks for an answer without tool calls while the tool definitions stay in
+    the request (grace turn; keeps the provider's prompt cache warm).
+    """
+
+    model_name: str
+    provider_name: str
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse: ...
+
+
+@runtime_checkable
+class AsyncChatModel(Protocol):
+    """The async twin of :class:`ChatModel`."""
+
+    model_name: str
+    provider_name: str
+
+    async def acomplete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse: ...
