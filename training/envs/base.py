@@ -14,7 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Environment", "EnvFactory", "StepLabel", "StepResult", "Task"]
+from budgetmix.exceptions import BudgetmixError
+
+__all__ = ["EnvFactory", "EnvStateError", "Environment", "StepLabel", "StepResult", "Task"]
+
+
+class EnvStateError(BudgetmixError, RuntimeError):
+    """``step()`` was called before ``reset()`` or after the episode ended."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,340 @@
+"""Exact value iteration for FrozenLake: the budget-aware optimum and the budget-blind baseline.
+
+The model is the tabular MDP of gymnasium's ``FrozenLakeEnv`` (rebuilt here in
+numpy so the oracle needs no gymnasium): from a frozen cell, action ``a`` moves in
+direction ``a`` with probability ``success_rate`` and in each perpendicular
+direction with probability ``(1 - success_rate) / 2`` when slippery; a move into
+the border leaves the agent in place; ``G`` (success) and ``H`` (failure) end
+the episode.
+
+* :func:`finite_horizon_values` -- ``V[t][s]``, the highest probability of
+  reaching ``G`` from ``s`` within ``t`` turns, and ``Q[t][s][a]``; acting with
+  ``argmax Q[turns_remaining]`` is the budget-aware optimal policy.
+* :func:`stationary_policy` -- the best budget-blind policy: greedy on the
+  discounted value (``gamma`` close to 1, so it maximises success probability
+  and, among equally safe routes, prefers the shorter one; the undiscounted
+  greedy policy can dither forever between equally valued cells).
+* :func:`policy_success_curve` / :func:`aware_success_curve` -- exact success
+  probability from the start for every horizon ``0..T``.
+* :func:`find_ceiling` and :func:`budget_gap` -- the paper's "ceiling" (the
+  smallest T where the aware optimum reaches 90% of its no-limit success) and
+  the aware-minus-blind gap at fractions of it.
+
+numpy is imported inside the functions; :class:`FrozenLakeModel` raises
+:class:`~budgetmix.exceptions.MissingExtraError` when it is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from budgetmix.exceptions import ConfigError, MissingExtraError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+    IntArray = npt.NDArray[np.intp]
+
+__all__ = [
+    "ACTIONS",
+    "BudgetGap",
+    "FrozenLakeModel",
+    "aware_success_curve",
+    "budget_gap",
+    "discounted_values",
+    "find_ceiling",
+    "finite_horizon_values",
+    "no_limit_success",
+    "policy_success_curve",
+    "stationary_policy",
+]
+
+#: Action names in gymnasium's order (action id = index).
+ACTIONS: tuple[str, ...] = ("left", "down", "right", "up")
+_DELTAS = ((0, -1), (1, 0), (0, 1), (-1, 0))
+
+
+def _require_numpy() -> None:
+    try:
+        import numpy  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - numpy ships with the envs extra
+        raise MissingExtraError("numpy", "envs") from exc
+
+
+@dataclass(frozen=True, eq=False)
+class FrozenLakeModel:
+    """The tabular MDP of one FrozenLake map.
+
+    Attributes:
+        desc: the map rows (``S`` start, ``F`` frozen, ``H`` hole, ``G`` goal).
+        slippery: whether moves slip.
+        success_rate: probability of moving in the intended direction when slippery.
+        transitions: ``P[s, a, s']`` (terminal cells loop onto themselves).
+        start: the start cell index (``row * ncol + col``).
+        goal_mask / hole_mask: boolean masks over cells.
+
+    Raises:
+        ConfigError: ragged rows, unknown letters, not exactly one ``S`` and one
+            ``G``, or ``success_rate`` outside ``[0, 1]``.
+        MissingExtraError: numpy is not installed.
+    """
+
+    desc: tuple[str, ...]
+    slippery: bool = True
+    success_rate: float = 1.0 / 3.0
+    transitions: FloatArray = field(init=False, repr=False)
+    goal_mask: npt.NDArray[np.bool_] = field(init=False, repr=False)
+    hole_mask: npt.NDArray[np.bool_] = field(init=False, repr=False)
+    start: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        _require_numpy()
+        import numpy as np
+
+        desc = tuple(self.desc)
+        object.__setattr__(self, "desc", desc)
+        if not desc or any(len(row) != len(desc[0]) for row in desc) or not desc[0]:
+            raise ConfigError("desc: rows must be non-empty and of equal length")
+        text = "".join(desc)
+        if set(text) - set("SFHG"):
+            raise ConfigError(f"desc: unknown cell letters {sorted(set(text) - set('SFHG'))}")
+        if text.count("S") != 1 or text.count("G") != 1:
+            raise ConfigError("desc: the map needs exactly one S and one G")
+        if not 0.0 <= self.success_rate <= 1.0:
+            raise ConfigError(f"success_rate: must be in [0, 1], got {self.success_rate}")
+        nrow, ncol = self.shape
+        n = nrow * ncol
+        probs = (
+            {
+                -1: (1.0 - self.success_rate) / 2.0,
+                0: self.success_rate,
+                1: (1.0 - self.success_rate) / 2.0,
+            }
+            if self.slippery
+            else {0: 1.0}
+        )
+        p = np.zeros((n, 4, n), dtype=np.float64)
+        for s, letter in enumerate(text):
+            if letter in "GH":
+                p[s, :, s] = 1.0
+                continue
+            row, col = divmod(s, ncol)
+            for a in range(4):
+                for offset, prob in probs.items():
+                    dr, dc = _DELTAS[(a + offset) % 4]
+                    r2 = min(max(row + dr, 0), nrow - 1)
+                    c2 = min(max(col + dc, 0), ncol - 1)
+                    p[s, a, r2 * ncol + c2] += prob
+        cells = np.array(list(text))
+        object.__setattr__(self, "transitions", p)
+        object.__setattr__(self, "goal_mask", cells == "G")
+        object.__setattr__(self, "hole_mask", cells == "H")
+        object.__setattr__(self, "start", text.index("S"))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(nrow, ncol)``."""
+        return len(self.desc), len(self.desc[0])
+
+    @property
+    def n_states(self) -> int:
+        """Number of cells."""
+        return len(self.desc) * len(self.desc[0])
+
+    def target(self, state: int, action: int) -> int:
+        """The cell the intended move leads to (``state`` itself at the border)."""
+        nrow, ncol = self.shape
+        row, col = divmod(state, ncol)
+        dr, dc = _DELTAS[action]
+        return min(max(row + dr, 0), nrow - 1) * ncol + min(max(col + dc, 0), ncol - 1)
+
+    def _fix_terminal(self, values: FloatArray) -> None:
+        values[self.goal_mask] = 1.0
+        values[self.hole_mask] = 0.0
+
+
+def finite_horizon_values(model: FrozenLakeModel, horizon: int) -> tuple[FloatArray, FloatArray]:
+    """Exact finite-horizon value iteration.
+
+    Returns ``(V, Q)`` with shapes ``(horizon + 1, n_states)`` and
+    ``(horizon + 1, n_states, 4)``: ``V[t][s]`` is the highest probability of
+    reaching the goal from ``s`` with ``t`` turns left (``V[t][G] = 1``,
+    ``V[t][H] = 0``), ``Q[t][s][a]`` the same after taking ``a`` first
+    (``Q[0]`` is all zero except at ``G``).
+
+    Raises:
+        ConfigError: ``horizon`` is negative.
+    """
+    import numpy as np
+
+    if horizon < 0:
+        raise ConfigError(f"horizon: must be >= 0, got {horizon}")
+    n = model.n_states
+    v = np.zeros((horizon + 1, n), dtype=np.float64)
+    q = np.zeros((horizon + 1, n, 4), dtype=np.float64)
+    v[0] = model.goal_mask
+    q[0][model.goal_mask] = 1.0
+    for t in range(1, horizon + 1):
+        q[t] = model.transitions @ v[t - 1]
+        q[t][model.goal_mask] = 1.0
+        q[t][model.hole_mask] = 0.0
+        v[t] = q[t].max(axis=1)
+    return v, q
+
+
+def aware_success_curve(model: FrozenLakeModel, horizon: int) -> FloatArray:
+    """Success probability of the budget-aware optimum from the start, for T = 0..horizon."""
+    v, _ = finite_horizon_values(model, horizon)
+    return v[:, model.start].copy()
+
+
+def discounted_values(
+    model: FrozenLakeModel, gamma: float = 0.999, *, tol: float = 1e-12, max_iter: int = 1_000_000
+) -> tuple[FloatArray, IntArray]:
+    """Infinite-horizon value iteration with reward 1 at ``G``, discounted by ``gamma`` per turn.
+
+    Returns ``(V, policy)``: the optimal discounted values and the greedy
+    stationary policy (ties go to the lowest action id). ``gamma = 1`` gives the
+    maximum success probability with no turn limit.
+
+    Raises:
+        ConfigError: ``gamma`` outside ``(0, 1]``.
+    """
+    import numpy as np
+
+    if not 0.0 < gamma <= 1.0:
+        raise ConfigError(f"gamma: must be in (0, 1], got {gamma}")
+    v = model.goal_mask.astype(np.float64)
+    for _ in range(max_iter):
+        new = gamma * (model.transitions @ v).max(axis=1)
+        model._fix_terminal(new)
+        delta = float(np.abs(new - v).max())
+        v = new
+        if delta < tol:
+            break
+    q = model.transitions @ v
+    return v, np.argmax(q, axis=1)
+
+
+def no_limit_success(model: FrozenLakeModel) -> float:
+    """The highest success probability from the start with no turn limit."""
+    v, _ = discounted_values(model, 1.0)
+    return float(v[model.start])
+
+
+def stationary_policy(model: FrozenLakeModel, gamma: float = 0.999) -> IntArray:
+    """The best budget-blind policy: one action per cell, whatever the turns left.
+
+    It is greedy on the ``gamma``-discounted value (see the module notes).
+    """
+    return discounted_values(model, gamma)[1]
+
+
+def policy_success_curve(
+    model: FrozenLakeModel, policy: Sequence[int] | IntArray, horizon: int
+) -> FloatArray:
+    """Exact success probability of a stationary ``policy`` from the start, for T = 0..horizon.
+
+    Raises:
+        ConfigError: ``policy`` does not have one action in ``0..3`` per cell.
+    """
+    import numpy as np
+
+    pol = np.asarray(policy, dtype=np.intp)
+    if pol.shape != (model.n_states,) or pol.min() < 0 or pol.max() > 3:
+        raise ConfigError("policy: needs one action id in 0..3 per cell")
+    p_pi = model.transitions[np.arange(model.n_states), pol]
+    v = model.goal_mask.astype(np.float64)
+    curve = np.zeros(horizon + 1, dtype=np.float64)
+    curve[0] = v[model.start]
+    for t in range(1, horizon + 1):
+        v = p_pi @ v
+        model._fix_terminal(v)
+        curve[t] = v[model.start]
+    return curve
+
+
+def find_ceiling(model: FrozenLakeModel, fraction: float = 0.9, *, max_turns: int = 100_000) -> int:
+    """Smallest T where the aware optimum reaches ``fraction`` of its no-limit success.
+
+    Raises:
+        ConfigError: ``fraction`` outside ``(0, 1]``, the goal is unreachable, or
+            no T up to ``max_turns`` qualifies.
+    """
+    import numpy as np
+
+    if not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"fraction: must be in (0, 1], got {fraction}")
+    best = no_limit_success(model)
+    if best <= 0.0:
+        raise ConfigError("desc: the goal cannot be reached from the start")
+    # A hair of slack so fraction=1 terminates despite the limit being approached geometrically.
+    target = fraction * best - 1e-12
+    v = model.goal_mask.astype(np.float64)
+    for t in range(1, max_turns + 1):
+        v = (model.transitions @ v).max(axis=1)
+        model._fix_terminal(v)
+        if v[model.start] >= target:
+            return t
+    raise ConfigError(f"max_turns: no ceiling within {max_turns} turns")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetGap:
+    """Aware-vs-blind success at fractions of the ceiling (probabilities, not points)."""
+
+    ceiling: int
+    fractions: tuple[float, ...]
+    horizons: tuple[int, ...]
+    aware: tuple[float, ...]
+    blind: tuple[float, ...]
+
+    @property
+    def gaps(self) -> tuple[float, ...]:
+        """``aware - blind`` per fraction (>= 0 up to float error)."""
+        return tuple(a - b for a, b in zip(self.aware, self.blind, strict=True))
+
+
+def budget_gap(
+    model: FrozenLakeModel,
+    fractions: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
+    *,
+    ceiling_fraction: float = 0.9,
+    gammas: Sequence[float] = (0.999,),
+) -> BudgetGap:
+    """Success of the aware optimum and of the stationary policy at ``round(f * ceiling)`` turns.
+
+    Horizons are rounded to the nearest turn and at least 1. With several
+    ``gammas`` the blind success at each horizon is the best of their stationary
+    policies -- a stronger baseline than any single budget-blind policy (the
+    choice of gamma then depends on T), so the gap it gives is conservative.
+
+    Raises:
+        ConfigError: as :func:`find_ceiling`, a fraction that is not positive, or
+            no gammas.
+    """
+    import numpy as np
+
+    if any(f <= 0 for f in fractions):
+        raise ConfigError("fractions: must all be > 0")
+    if not gammas:
+        raise ConfigError("gammas: needs at least one discount")
+    ceiling = find_ceiling(model, ceiling_fraction)
+    horizons = tuple(max(1, math.floor(f * ceiling + 0.5)) for f in fractions)
+    top = max(horizons)
+    aware = aware_success_curve(model, top)
+    blind = np.max(
+        [policy_success_curve(model, stationary_policy(model, g), top) for g in gammas], axis=0
+    )
+    return BudgetGap(
+        ceiling=ceiling,
+        fractions=tuple(fractions),
+        horizons=horizons,
+        aware=tuple(float(aware[h]) for h in horizons),
+        blind=tuple(float(blind[h]) for h in horizons),
+    )
