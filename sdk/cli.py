@@ -1,0 +1,60 @@
+"""The ``budgetmix`` command line: demo, eval, report, train, notice.
+
+Each sub-command imports its machinery lazily so ``budgetmix --help`` stays fast
+and works without the optional extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from budgetmix._version import __version__
+
+__all__ = ["main"]
+
+# sub-command -> (module, function, help). Functions take argv and return an exit code.
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("budgetmix.demo", "demo_main", "run the main job on embedded defaults"),
+    "eval": ("budgetmix.evaluation.cli", "eval_main", "evaluate an agent on a Pass@(K,T) grid"),
+    "report": ("budgetmix.evaluation.cli", "report_main", "rebuild or compare evaluation reports"),
+    "train": ("budgetmix.training.cli", "train_main", "fine-tune a local model with BudgetMix RL"),
+    "notice": ("budgetmix.notice_cli", "notice_main", "print the budget notice for a state"),
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="budgetmix",
+        description="Turn budgets for tool-using LLM agents: enforce, notify, trace, "
+        "evaluate Pass@(K,T), train with BudgetMix RL.",
+    )
+    parser.add_argument("--version", action="version", version=f"budgetmix {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, _, help_text) in _COMMANDS.items():
+        # each command parses its own options; `budgetmix CMD --help` shows them
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _resolve(command: str) -> Callable[[list[str]], int]:
+    module_name, func_name, _ = _COMMANDS[command]
+    module = importlib.import_module(module_name)
+    func: Callable[[list[str]], int] = getattr(module, func_name)
+    return func
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``budgetmix`` script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser()
+    if not args or args[0] not in _COMMANDS:
+        parser.parse_args(args or ["--help"])
+        return 2
+    return _resolve(args[0])(args[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
