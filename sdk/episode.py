@@ -298,12 +298,16 @@ class Episode:
         """Pre-check and charge a (parallel) batch of tool calls as a whole.
 
         Raises:
-            BudgetExhausted: the batch does not fit; no call of it was charged.
+            BudgetExhausted: the batch does not fit, or this is the (tool-less) grace
+                turn; no call of it was charged.
             ValueError: ``call_ids`` has another length than ``names``.
         """
         ids: Sequence[str | None] = call_ids if call_ids is not None else [None] * len(names)
         if len(ids) != len(names):
             raise ValueError("call_ids must have one entry per tool name")
+        if names and self._turn is not None and self._turn.grace:
+            # the grace turn is a tool-less wrap-up: its tool calls would need another turn
+            raise self._exhausted_error(self._exhausted or "turns")
         blocked = self.ledger.try_charge_tool_batch(names)
         while blocked is not None:
             if self._ask_extension(blocked) is None:
@@ -437,13 +441,26 @@ class Episode:
 
     # -- ending ------------------------------------------------------------------------
     def finish(self, success: bool, output: Any = None) -> EpisodeResult:
-        """End the episode as a success or a failure (before the ``with`` block exits)."""
+        """End the episode as a success or a failure (before the ``with`` block exits).
+
+        A failure after a limit refused a turn (or an early stop) keeps that cause:
+        status ``budget_exhausted`` (``early_stopped``) with its ``stop_reason``.
+
+        Raises:
+            BudgetmixError: the episode already finished.
+        """
         if self._status is not None:
             raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
         if success and self._tracker.unrecovered:
             self.record_step(ok=True, progress=True)
         self._output = output
-        return self._close(EpisodeStatus.SUCCESS if success else EpisodeStatus.FAILED, None)
+        if success:
+            return self._close(EpisodeStatus.SUCCESS, None)
+        if self._exhausted is not None:
+            return self._close(EpisodeStatus.BUDGET_EXHAUSTED, self._exhausted)
+        if self._early_stop is not None:
+            return self._close(EpisodeStatus.EARLY_STOPPED, self._early_stop)
+        return self._close(EpisodeStatus.FAILED, None)
 
     def _close(
         self, status: EpisodeStatus, stop_reason: str | None, *, error: str | None = None
@@ -510,9 +527,10 @@ class Episode:
             )
 
     def _provider_failure(self, turn: Turn, exc: BaseException) -> None:
+        # record first: the mistake belongs to the turn that failed, not the one before
+        self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=type(exc).__name__)
         if not self.ledger.accounting.count_failed_requests:
             self.ledger.refund_turn()
-        self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=type(exc).__name__)
 
     def _on_retry(self, turn: Turn, attempt: int, exc: BaseException, delay: float) -> None:
         if self.ledger.accounting.count_retries:

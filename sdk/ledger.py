@@ -8,6 +8,7 @@ concurrent children can never overspend their parent together.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ __all__ = ["Clock", "Ledger", "LedgerState"]
 
 Clock = Callable[[], float]
 _TOKEN_DIMS = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
+_INTEGRAL_DIMS = frozenset({"turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +196,9 @@ class Ledger:
         self, *, input_tokens: int = 0, output_tokens: int = 0, cost_usd: float = 0.0
     ) -> None:
         """Record what a response consumed (known only after it arrives)."""
-        if input_tokens < 0 or output_tokens < 0 or cost_usd < 0:
-            raise ConfigError("usage must not be negative")
+        # not (x >= 0) also refuses NaN, which would switch the cost limit off silently
+        if not (input_tokens >= 0 and output_tokens >= 0 and 0 <= cost_usd < math.inf):
+            raise ConfigError("usage must be non-negative and finite")
         with self._lock:
             for node in self.chain():
                 u = node._used
@@ -208,14 +211,23 @@ class Ledger:
         """Raise limits of this ledger by the given amounts; returns the new limits.
 
         Raises:
-            ConfigError: unknown dimension, non-positive amount, or a dimension
-                that has no limit to extend.
+            ConfigError: unknown dimension, non-positive or non-finite amount, a
+                fractional amount for a count dimension, or a dimension that has
+                no limit to extend.
         """
         for dim, amount in extra.items():
             if dim not in DIMENSIONS:
                 raise ConfigError(f"grant: unknown dimension {dim!r}")
-            if isinstance(amount, bool) or not isinstance(amount, int | float) or amount <= 0:
+            if (
+                isinstance(amount, bool)
+                or not isinstance(amount, int | float)
+                # NaN/inf would make every later comparison false: limits silently off
+                or not math.isfinite(amount)
+                or amount <= 0
+            ):
                 raise ConfigError(f"grant: {dim} must be a positive number, got {amount!r}")
+            if dim in _INTEGRAL_DIMS and not isinstance(amount, int):
+                raise ConfigError(f"grant: {dim} must be an integer, got {amount!r}")
             if self._limits[dim] is None:
                 raise ConfigError(f"grant: {dim} has no limit to extend")
         with self._lock:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -40,23 +41,36 @@ class TransientInfo:
     retry_after: float | None = None
 
 
+def _header(headers: Any, name: str) -> Any:
+    # httpx.Headers is case-insensitive; a plain dict (test doubles, other clients) is not
+    value = headers.get(name)
+    if value is None and isinstance(headers, dict):
+        value = next((v for k, v in headers.items() if str(k).lower() == name), None)
+    return value
+
+
 def _retry_after(headers: Any) -> float | None:
     if headers is None:
         return None
     try:
-        ms = headers.get("retry-after-ms")
+        ms = _header(headers, "retry-after-ms")
         if ms is not None:
             return max(0.0, float(ms) / 1000.0)
-        raw = headers.get("retry-after")
-    except AttributeError:
+        raw = _header(headers, "retry-after")
+    except (AttributeError, TypeError, ValueError):
         return None
     if raw is None:
         return None
     try:
-        return max(0.0, float(raw))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(raw)
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        # an HTTP date; a malformed one must not turn a retryable error into a crash
+        try:
+            parsed = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
         return max(0.0, parsed.timestamp() - time.time())
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def classify_exception(exc: BaseException) -> TransientInfo:
