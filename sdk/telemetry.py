@@ -24,6 +24,7 @@ What it builds:
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import math
@@ -111,6 +112,12 @@ def _scrub_value(value: AttributeValue) -> AttributeValue:
     return value
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_secret_key(key: str) -> bool:
+    # Spans repeat the same few keys: cache the verdict instead of re-running the regex.
+    return _SECRET_KEY.search(key) is not None
+
+
 def redact_attributes(attributes: Attributes) -> dict[str, AttributeValue]:
     """Return a copy of ``attributes`` with credentials masked as :data:`REDACTED`.
 
@@ -122,16 +129,27 @@ def redact_attributes(attributes: Attributes) -> dict[str, AttributeValue]:
     """
     out: dict[str, AttributeValue] = {}
     for key, value in (attributes or {}).items():
-        out[key] = REDACTED if _SECRET_KEY.search(key) else _scrub_value(value)
+        out[key] = REDACTED if _is_secret_key(key) else _scrub_value(value)
     return out
 
 
+def _has_secret(attributes: Attributes) -> bool:
+    for key, value in (attributes or {}).items():
+        if _is_secret_key(key):
+            return True
+        if isinstance(value, str):
+            if _SECRET_VALUE.search(value):
+                return True
+        elif isinstance(value, Sequence) and any(
+            isinstance(v, str) and _SECRET_VALUE.search(v) for v in value
+        ):
+            return True
+    return False
+
+
 def _redacted_or_none(attributes: Attributes) -> dict[str, AttributeValue] | None:
-    """The redacted copy, or None when nothing needed masking (the common case)."""
-    if not attributes:
-        return None
-    redacted = redact_attributes(attributes)
-    return None if redacted == dict(attributes) else redacted
+    """The redacted copy, or None when nothing needs masking (the common, copy-free case)."""
+    return redact_attributes(attributes) if _has_secret(attributes) else None
 
 
 class _RedactedSpan(ReadableSpan):
@@ -176,40 +194,38 @@ class RedactingSpanExporter(SpanExporter):
         self._resource_cache = (resource, redacted)
         return redacted
 
+    def _is_clean(self, span: ReadableSpan, resource: Resource) -> bool:
+        return (
+            resource is span.resource
+            and not _has_secret(span.attributes)
+            and not _SECRET_VALUE.search(span.name)
+            and not _SECRET_VALUE.search(span.status.description or "")
+            and not any(
+                _has_secret(e.attributes) or _SECRET_VALUE.search(e.name) for e in span.events
+            )
+            and not any(_has_secret(link.attributes) for link in span.links)
+        )
+
     def redact(self, span: ReadableSpan) -> ReadableSpan:
         """Return ``span`` itself when clean, else a masked copy."""
-        changed = False
-        attrs = _redacted_or_none(span.attributes)
-        changed |= attrs is not None
-        events: list[Event] = []
-        for event in span.events:
-            event_attrs = _redacted_or_none(event.attributes)
-            name = _scrub_text(event.name)
-            changed |= event_attrs is not None or name != event.name
-            kept = event.attributes if event_attrs is None else event_attrs
-            events.append(Event(name, kept, event.timestamp))
-        links: list[Link] = []
-        for link in span.links:
-            link_attrs = _redacted_or_none(link.attributes)
-            changed |= link_attrs is not None
-            links.append(link if link_attrs is None else Link(link.context, link_attrs))
-        name = _scrub_text(span.name)
-        status = span.status
-        if status.description and _scrub_text(status.description) != status.description:
-            status = Status(status.status_code, _scrub_text(status.description))
         resource = self._resource(span.resource)
-        changed |= name != span.name or status is not span.status or resource is not span.resource
-        if not changed:
+        if self._is_clean(span, resource):
             return span
+        status = span.status
+        if status.description:
+            status = Status(status.status_code, _scrub_text(status.description))
         return _RedactedSpan(
             span,
-            name=name,
+            name=_scrub_text(span.name),
             context=span.context,
             parent=span.parent,
             resource=resource,
-            attributes=span.attributes if attrs is None else attrs,
-            events=events,
-            links=links,
+            attributes=redact_attributes(span.attributes),
+            events=[
+                Event(_scrub_text(e.name), redact_attributes(e.attributes), e.timestamp)
+                for e in span.events
+            ],
+            links=[Link(link.context, redact_attributes(link.attributes)) for link in span.links],
             kind=span.kind,
             status=status,
             start_time=span.start_time,
@@ -395,6 +411,16 @@ class _CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+def _check_sizes(max_queue_size: int, max_export_batch_size: int) -> None:
+    if max_queue_size < 1:
+        raise ConfigError(f"max_queue_size: must be >= 1, got {max_queue_size}")
+    if not 1 <= max_export_batch_size <= max_queue_size:
+        raise ConfigError(
+            f"max_export_batch_size: must be in [1, max_queue_size={max_queue_size}],"
+            f" got {max_export_batch_size}"
+        )
+
+
 class CountingBatchSpanProcessor(BatchSpanProcessor):
     """A ``BatchSpanProcessor`` with a large queue that counts what it loses.
 
@@ -417,13 +443,7 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         max_export_batch_size: int = DEFAULT_MAX_EXPORT_BATCH_SIZE,
         redact: bool = True,
     ) -> None:
-        if max_queue_size < 1:
-            raise ConfigError(f"max_queue_size: must be >= 1, got {max_queue_size}")
-        if not 1 <= max_export_batch_size <= max_queue_size:
-            raise ConfigError(
-                f"max_export_batch_size: must be in [1, max_queue_size={max_queue_size}],"
-                f" got {max_export_batch_size}"
-            )
+        _check_sizes(max_queue_size, max_export_batch_size)
         self._counter = _CountingExporter(RedactingSpanExporter(exporter) if redact else exporter)
         self._ended = 0
         self._ended_lock = threading.Lock()
@@ -575,6 +595,7 @@ def configure_tracing(
         raise ConfigError(f"exporter: expected one of {get_args(ExporterName)}, got {exporter!r}")
     if exporter != "otlp" and (endpoint is not None or headers is not None):
         raise ConfigError("endpoint: endpoint and headers apply only to exporter='otlp'")
+    _check_sizes(max_queue_size, max_export_batch_size)
     if service_name == _DEFAULT_SERVICE_NAME and os.environ.get("OTEL_SERVICE_NAME"):
         service_name = os.environ["OTEL_SERVICE_NAME"]
     resource = Resource.create({SERVICE_NAME: service_name})
