@@ -220,7 +220,8 @@ class HumanEvalEnv:
         if run.timed_out or run.reason == "cpu time limit":
             head = "Your code did not finish in time (an infinite loop, or too slow)."
         else:
-            head = f"Tests failed ({run.reason})."
+            reason = run.reason if len(run.reason) <= 120 else run.reason[:117] + "..."
+            head = f"Tests failed ({reason})."
         trace = re.sub(r'File ".*?main\.py"', 'File "main.py"', run.stderr).strip()
         trace = re.sub(r'\s*File "<string>", line \d+, in <module>\n', "\n", trace)
         if len(trace) > self.feedback_chars:
