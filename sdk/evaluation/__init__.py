@@ -1,0 +1,59 @@
+"""Pass@(K,T) evaluation: run agents on a grid of budgets and samples, then report.
+
+* :class:`Evaluator` / :class:`EvalConfig` run every task x budget T x sample k
+  under the controller, concurrently, streaming :class:`EpisodeRecord` lines to a
+  resumable JSONL file (prefix sharing for budget-blind agents).
+* :func:`pass_at_k` and :func:`pass_at_k_summary`: the unbiased estimator with
+  Wilson / bootstrap intervals.
+* :func:`summarize`, :func:`build_report`, :func:`compare_runs`: summary JSON,
+  markdown tables, PNG plots (matplotlib, the ``plots`` extra).
+* :func:`eval_main` / :func:`report_main`: the ``budgetmix eval`` / ``report`` commands.
+
+Importing this package loads neither matplotlib nor gymnasium.
+"""
+
+from budgetmix.evaluation.agents import (
+    AgentReply,
+    AsyncEnvAgent,
+    ChatModelEnvAgent,
+    EnvAgent,
+    ScriptedEnvAgent,
+)
+from budgetmix.evaluation.failures import FAILURE_CATEGORIES, classify_failure
+from budgetmix.evaluation.passk import (
+    PassKEstimate,
+    PassKSummary,
+    TaskCounts,
+    bootstrap_difference,
+    pass_at_k,
+    pass_at_k_curve,
+    pass_at_k_summary,
+    wilson_interval,
+)
+from budgetmix.evaluation.results import EpisodeRecord, ResultsWriter, read_results
+from budgetmix.evaluation.runner import EvalConfig, EvalRun, Evaluator, derive_seed
+
+__all__ = [
+    "FAILURE_CATEGORIES",
+    "AgentReply",
+    "AsyncEnvAgent",
+    "ChatModelEnvAgent",
+    "EnvAgent",
+    "EpisodeRecord",
+    "EvalConfig",
+    "EvalRun",
+    "Evaluator",
+    "PassKEstimate",
+    "PassKSummary",
+    "ResultsWriter",
+    "ScriptedEnvAgent",
+    "TaskCounts",
+    "bootstrap_difference",
+    "classify_failure",
+    "derive_seed",
+    "pass_at_k",
+    "pass_at_k_curve",
+    "pass_at_k_summary",
+    "read_results",
+    "wilson_interval",
+]

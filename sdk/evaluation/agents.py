@@ -1,0 +1,217 @@
+"""What the evaluator plays environments with: the :class:`EnvAgent` protocol and adapters.
+
+An env agent is started once per episode (``start(env, seed)``) and then asked
+for one action per turn: ``act(observation, notice, turns_remaining)``. It
+returns the action text, or an :class:`AgentReply` when it also knows what the
+call cost (tokens, USD). ``sees_budget`` declares whether the agent reads
+``notice`` / ``turns_remaining``: a budget-blind agent (``sees_budget=False``)
+is given neither, which lets the evaluator run it once at the largest budget
+and derive every smaller one by truncation (prefix sharing). Whether an agent
+ignores its budget cannot be detected reliably, so it is declared.
+
+Adapters:
+
+* :class:`ScriptedEnvAgent` wraps the scripted agents of
+  :mod:`budgetmix.training.envs` (``reset(env, seed)`` / ``act(observation,
+  turns_remaining)``);
+* :class:`ChatModelEnvAgent` wraps any :class:`~budgetmix.adapters.base.ChatModel`
+  or :class:`~budgetmix.adapters.base.AsyncChatModel`: the model sees the
+  environment's instructions as the system message, every observation as a user
+  message, its own earlier actions as assistant messages, and the notice
+  (ephemeral, injected by the model adapter); its reply text is the action.
+  Provider failures are retried with a :class:`~budgetmix.RetryPolicy`; the last
+  one is raised as :class:`~budgetmix.ProviderError`, which the evaluator
+  records as the episode's ``provider_error`` outcome.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from budgetmix.exceptions import ConfigError, ProviderError
+from budgetmix.retry import RetryPolicy, acall_with_retry, call_with_retry
+
+if TYPE_CHECKING:
+    from budgetmix.adapters.base import AsyncChatModel, ChatMessage, ChatModel, ModelResponse
+    from budgetmix.training.envs.base import Environment
+
+__all__ = [
+    "AgentReply",
+    "AsyncEnvAgent",
+    "ChatModelEnvAgent",
+    "EnvAgent",
+    "ScriptedAgent",
+    "ScriptedEnvAgent",
+    "is_async_agent",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentReply:
+    """An action with what producing it cost."""
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@runtime_checkable
+class EnvAgent(Protocol):
+    """A synchronous environment-playing agent (run in the evaluator's thread pool)."""
+
+    sees_budget: bool
+
+    def start(self, env: Environment, seed: int) -> None:
+        """Prepare for a new episode of ``env`` (already reset)."""
+        ...
+
+    def act(
+        self, observation: str, notice: str | None, turns_remaining: int | None
+    ) -> str | AgentReply:
+        """The action for this turn."""
+        ...
+
+
+@runtime_checkable
+class AsyncEnvAgent(Protocol):
+    """The async twin of :class:`EnvAgent` (``act`` is a coroutine)."""
+
+    sees_budget: bool
+
+    def start(self, env: Environment, seed: int) -> None: ...
+
+    async def act(
+        self, observation: str, notice: str | None, turns_remaining: int | None
+    ) -> str | AgentReply: ...
+
+
+class ScriptedAgent(Protocol):
+    """The scripted-agent protocol of :mod:`budgetmix.training.envs`."""
+
+    def reset(self, env: Any, seed: int) -> None: ...
+
+    def act(self, observation: str, turns_remaining: int | None) -> str: ...
+
+
+def is_async_agent(agent: EnvAgent | AsyncEnvAgent) -> bool:
+    """Whether ``agent.act`` is a coroutine function."""
+    return inspect.iscoroutinefunction(agent.act)
+
+
+class ScriptedEnvAgent:
+    """Adapts a scripted agent; with ``sees_budget=False`` it is given no budget.
+
+    The scripted agent is reset with the episode seed; a budget-aware one (the
+    FrozenLake oracle) gets ``turns_remaining``, a blind one gets ``None``.
+    """
+
+    def __init__(self, agent: ScriptedAgent, *, sees_budget: bool = True) -> None:
+        self.agent = agent
+        self.sees_budget = sees_budget
+
+    def start(self, env: Environment, seed: int) -> None:
+        self.agent.reset(env, seed)
+
+    def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
+        return self.agent.act(observation, turns_remaining if self.sees_budget else None)
+
+
+class ChatModelEnvAgent:
+    """Plays an environment with a chat model; its reply text is the action.
+
+    Args:
+        model: a :class:`ChatModel` (``complete``) or :class:`AsyncChatModel` (``acomplete``).
+        sees_budget: pass the notice to the model (``False``: never, budget-blind).
+        system_prompt: prepended to the environment's instructions.
+        retry: retry policy of provider calls.
+        usd_per_mtok_in / usd_per_mtok_out: prices for the cost columns.
+        max_history_turns: keep only the last N observation/action pairs (``None``: all).
+
+    Raises:
+        ConfigError: ``model`` has neither ``complete`` nor ``acomplete``.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel | AsyncChatModel,
+        *,
+        sees_budget: bool = True,
+        system_prompt: str = "",
+        retry: RetryPolicy | None = None,
+        usd_per_mtok_in: float = 0.0,
+        usd_per_mtok_out: float = 0.0,
+        max_history_turns: int | None = None,
+    ) -> None:
+        if not hasattr(model, "complete") and not hasattr(model, "acomplete"):
+            raise ConfigError("model must have complete() or acomplete()")
+        self.model = model
+        self.sees_budget = sees_budget
+        self.system_prompt = system_prompt
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.prices = (usd_per_mtok_in, usd_per_mtok_out)
+        self.max_history_turns = max_history_turns
+        self._messages: list[ChatMessage] = []
+        self._rng = random.Random(0)
+        if hasattr(model, "acomplete") and not hasattr(model, "complete"):
+            self.act = self._act_async  # type: ignore[method-assign,assignment]
+
+    def start(self, env: Environment, seed: int) -> None:
+        from budgetmix.adapters.base import ChatMessage
+
+        text = "\n\n".join(p for p in (self.system_prompt, env.instructions()) if p)
+        self._messages = [ChatMessage(role="system", content=text)]
+        self._rng = random.Random(seed)
+
+    def _request(self, observation: str) -> list[ChatMessage]:
+        from budgetmix.adapters.base import ChatMessage
+
+        history = self._messages[1:]
+        if self.max_history_turns is not None:
+            history = history[len(history) - 2 * self.max_history_turns :] if history else []
+        return [self._messages[0], *history, ChatMessage(role="user", content=observation)]
+
+    def _commit(self, request: list[ChatMessage], response: ModelResponse) -> AgentReply:
+        from budgetmix.adapters.base import ChatMessage
+
+        self._messages.extend([request[-1], ChatMessage(role="assistant", content=response.text)])
+        tin = response.usage.input_tokens if response.usage else 0
+        tout = response.usage.output_tokens if response.usage else 0
+        cost = (tin * self.prices[0] + tout * self.prices[1]) / 1e6
+        return AgentReply(text=response.text, input_tokens=tin, output_tokens=tout, cost_usd=cost)
+
+    def act(
+        self, observation: str, notice: str | None, turns_remaining: int | None
+    ) -> str | AgentReply:
+        request = self._request(observation)
+        shown = notice if self.sees_budget else None
+        complete: Callable[..., ModelResponse] = self.model.complete
+        try:
+            response = call_with_retry(
+                lambda: complete(request, (), notice=shown), self.retry, rng=self._rng
+            )
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise ProviderError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+        return self._commit(request, response)
+
+    async def _act_async(
+        self, observation: str, notice: str | None, turns_remaining: int | None
+    ) -> str | AgentReply:
+        request = self._request(observation)
+        shown = notice if self.sees_budget else None
+        acomplete: Callable[..., Awaitable[ModelResponse]] = self.model.acomplete  # type: ignore[union-attr]
+        try:
+            response = await acall_with_retry(
+                lambda: acomplete(request, (), notice=shown), self.retry, rng=self._rng
+            )
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise ProviderError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+        return self._commit(request, response)

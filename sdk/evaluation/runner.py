@@ -1,0 +1,459 @@
+"""The Pass@(K,T) evaluator: every task x budget T x sample k, concurrently, under the controller.
+
+Each episode runs under a :class:`~budgetmix.BudgetController` episode with
+``Budget(turns=T)``::
+
+    observation = env.reset(env_seed); agent.start(env, seed)
+    while (turn := ep.try_begin_turn()) is not None:      # None: the budget is spent
+        action = agent.act(observation, turn.notice, turns_remaining)
+        result = env.step(action)
+        ep.record_step(ok=label.valid and not label.mistake, progress=..., mistake=...)
+        if result.success: ep.finish(True); break
+        if result.done: ep.finish(False); break
+
+Seeds: the agent seed is derived from ``(config.seed, task_id, sample)`` and does
+not depend on T (common random numbers across budgets). The environment is
+reset with ``task.seed`` (``env_seed_mode="task"``, the default: for HumanEval
+and the faulty-tools env the reset seed *is* the task) or with a seed derived
+per sample (``"sample"``: K independent slip sequences on a fixed FrozenLake map).
+
+Prefix sharing: an agent declared budget-blind (``sees_budget=False``) never
+sees ``notice`` or ``turns_remaining``, so its run at budget T is the first T
+turns of its run at any larger budget. One run per (task, sample) at the
+largest missing T then yields every smaller T by :func:`~.trajectory.replay`.
+Agents that see their budget run separately per T.
+
+Results stream to a JSONL file (:mod:`.results`); finished episodes are never
+rerun, so an interrupted run resumes where it stopped and a rerun of a
+finished grid does no work. Agent exceptions other than
+:class:`~budgetmix.ProviderError` abort the run (``on_error="raise"``, so a bug
+is not counted as a task failure) or are recorded as category ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from budgetmix.budget import Budget
+from budgetmix.controller import BudgetController
+from budgetmix.evaluation.agents import AgentReply, AsyncEnvAgent, EnvAgent, is_async_agent
+from budgetmix.evaluation.results import EpisodeRecord, ResultsWriter
+from budgetmix.evaluation.trajectory import (
+    EpisodeKey,
+    Step,
+    Trajectory,
+    apply_exception,
+    apply_step,
+    make_record,
+    record_usage,
+    replay,
+)
+from budgetmix.exceptions import ConfigError, ProviderError
+from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
+from budgetmix.training.envs.base import Environment, Task
+
+__all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "derive_seed"]
+
+R = TypeVar("R")
+
+#: Builds a fresh agent per episode (agents keep per-episode state).
+AgentFactory = Callable[[], EnvAgent | AsyncEnvAgent]
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from ``parts`` (independent of ``PYTHONHASHSEED``)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class _SilentNotice:
+    """Notice policy of a run without notices (agents still get ``turns_remaining``)."""
+
+    format: str = DEFAULT_NOTICE_FORMAT
+
+    def should_notify(self, state: object) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalConfig:
+    """The grid and how to run it.
+
+    Args:
+        budgets: turn budgets T (deduplicated, sorted).
+        samples: K, attempts per (task, T).
+        concurrency: episodes in flight at once.
+        notice_format: notice shown to budget-aware agents (``None``: no notice).
+        seed: base of every derived seed.
+        env_seed_mode: ``"task"`` (reset with ``task.seed``) or ``"sample"``.
+        training_ceiling: budgets above it are labelled ``extrapolated``.
+        fault_step: inject an environment failure at this 1-based step
+            (:class:`~budgetmix.training.envs.FaultInjection`).
+        prefix_sharing: derive smaller budgets of budget-blind agents by truncation.
+        on_error: ``"raise"`` (abort on an agent bug) or ``"record"`` (category ``error``).
+        env_in_thread: run ``env.reset``/``env.step`` in the thread pool.
+        identity: what else identifies the run (env, agent); part of the fingerprint.
+
+    Raises:
+        ConfigError: a bad field (named in the message).
+    """
+
+    budgets: tuple[int, ...]
+    samples: int = 1
+    concurrency: int = 8
+    notice_format: str | None = DEFAULT_NOTICE_FORMAT
+    seed: int = 0
+    env_seed_mode: Literal["task", "sample"] = "task"
+    training_ceiling: int | None = None
+    fault_step: int | None = None
+    prefix_sharing: bool = True
+    on_error: Literal["raise", "record"] = "raise"
+    env_in_thread: bool = True
+    identity: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bs = tuple(self.budgets)
+        if not bs or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bs):
+            raise ConfigError(f"budgets must be integers >= 1, got {list(bs)!r}")
+        object.__setattr__(self, "budgets", tuple(sorted(set(bs))))
+        for name in ("samples", "concurrency"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.notice_format is not None and self.notice_format not in NOTICE_FORMATS:
+            raise ConfigError(
+                f"notice_format must be one of {sorted(NOTICE_FORMATS)} or None, "
+                f"got {self.notice_format!r}"
+            )
+        if self.env_seed_mode not in ("task", "sample"):
+            raise ConfigError(
+                f"env_seed_mode must be 'task' or 'sample', got {self.env_seed_mode!r}"
+            )
+        if self.on_error not in ("raise", "record"):
+            raise ConfigError(f"on_error must be 'raise' or 'record', got {self.on_error!r}")
+        for name in ("training_ceiling", "fault_step"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{name} must be an integer >= 1 or None, got {v!r}")
+
+    def run_identity(self, sees_budget: bool) -> dict[str, Any]:
+        """What the results-file fingerprint covers (not the grid, which may grow)."""
+        return {
+            **dict(self.identity),
+            "sees_budget": sees_budget,
+            "notice_format": self.notice_format if sees_budget else None,
+            "seed": self.seed,
+            "env_seed_mode": self.env_seed_mode,
+            "fault_step": self.fault_step,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EvalRun:
+    """What one :meth:`Evaluator.run` did.
+
+    ``records`` holds every record of the requested grid (earlier ones included).
+    ``env_steps`` counts environment steps executed now; ``env_steps_separate`` is
+    the sum of ``env_calls`` over the records produced now, i.e. what running every
+    budget separately would have cost (the saving of prefix sharing is the difference).
+    """
+
+    path: Path
+    records: tuple[EpisodeRecord, ...]
+    live_episodes: int
+    derived_records: int
+    skipped: int
+    env_steps: int
+    env_steps_separate: int
+    elapsed_s: float
+    sees_budget: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    task: Task
+    sample: int
+    budgets: tuple[int, ...]  # records to produce; the live run is at the largest
+
+
+class Evaluator:
+    """Runs ``agent_factory()`` agents on ``tasks`` for every budget and sample.
+
+    Raises:
+        ConfigError: no tasks, or duplicate task ids.
+    """
+
+    def __init__(
+        self,
+        agent_factory: AgentFactory,
+        tasks: Sequence[Task],
+        config: EvalConfig,
+    ) -> None:
+        if not tasks:
+            raise ConfigError("tasks must not be empty")
+        ids = [t.task_id for t in tasks]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("tasks: duplicate task_id")
+        self.agent_factory = agent_factory
+        self.tasks = tuple(tasks)
+        self.config = config
+        probe = agent_factory()
+        self.sees_budget = bool(getattr(probe, "sees_budget", True))
+        self.is_async = is_async_agent(probe)
+        notice = (
+            _SilentNotice()
+            if config.notice_format is None or not self.sees_budget
+            else _EveryTurn(config.notice_format)
+        )
+        self._controller = BudgetController(Budget(turns=1), name="eval", notice=notice)
+        self._replayer = BudgetController(Budget(turns=1), name="replay", notice=_SilentNotice())
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- public ------------------------------------------------------------------------
+    def run(
+        self,
+        results_path: str | Path,
+        *,
+        on_record: Callable[[EpisodeRecord], None] | None = None,
+        overwrite: bool = False,
+    ) -> EvalRun:
+        """Synchronous :meth:`arun` (starts its own event loop)."""
+        return asyncio.run(self.arun(results_path, on_record=on_record, overwrite=overwrite))
+
+    def plan(self, done: Mapping[tuple[str, int, int], object]) -> list[_Unit]:
+        """The work still to do given the keys already in the results file."""
+        cfg = self.config
+        units: list[_Unit] = []
+        shared = cfg.prefix_sharing and not self.sees_budget
+        for sample in range(cfg.samples):
+            if shared:
+                for task in self.tasks:
+                    missing = tuple(b for b in cfg.budgets if (task.task_id, b, sample) not in done)
+                    if missing:
+                        units.append(_Unit(task, sample, missing))
+                continue
+            for b in cfg.budgets:
+                for task in self.tasks:
+                    if (task.task_id, b, sample) not in done:
+                        units.append(_Unit(task, sample, (b,)))
+        return units
+
+    async def arun(
+        self,
+        results_path: str | Path,
+        *,
+        on_record: Callable[[EpisodeRecord], None] | None = None,
+        overwrite: bool = False,
+    ) -> EvalRun:
+        """Run the missing part of the grid, appending records to ``results_path``.
+
+        Raises:
+            ConfigError: the results file belongs to another run identity.
+            Exception: whatever an agent raised, with ``on_error="raise"``.
+        """
+        cfg = self.config
+        t0 = time.perf_counter()
+        writer = ResultsWriter(
+            results_path, cfg.run_identity(self.sees_budget), overwrite=overwrite
+        )
+        wanted = {
+            (t.task_id, b, s) for t in self.tasks for b in cfg.budgets for s in range(cfg.samples)
+        }
+        skipped = sum(1 for k in writer.done if k in wanted)
+        units = self.plan(writer.done)
+        counters = {"live": 0, "derived": 0, "steps": 0, "separate": 0}
+        workers = min(cfg.concurrency, max(1, len(units)))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bm-eval")
+        try:
+            with writer:
+                writer.write_run(
+                    {
+                        "budgets": list(cfg.budgets),
+                        "samples": cfg.samples,
+                        "tasks": [t.task_id for t in self.tasks],
+                        "training_ceiling": cfg.training_ceiling,
+                        "prefix_sharing": cfg.prefix_sharing and not self.sees_budget,
+                        "concurrency": cfg.concurrency,
+                    }
+                )
+                queue: asyncio.Queue[_Unit] = asyncio.Queue()
+                for u in units:
+                    queue.put_nowait(u)
+
+                async def worker() -> None:
+                    while True:
+                        try:
+                            unit = queue.get_nowait()
+                        except asyncio.QueueEmpty:
+                            return
+                        records, steps = await self._run_unit(unit)
+                        counters["live"] += 1
+                        counters["steps"] += steps
+                        for rec in records:
+                            counters["derived"] += int(rec.derived)
+                            counters["separate"] += rec.env_calls
+                            writer.write(rec)
+                            if on_record is not None:
+                                on_record(rec)
+
+                tasks = [asyncio.create_task(worker()) for _ in range(workers)]
+                try:
+                    await asyncio.gather(*tasks)
+                finally:
+                    for t in tasks:
+                        t.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                all_records = tuple(writer.done[k] for k in sorted(wanted) if k in writer.done)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        return EvalRun(
+            path=Path(results_path),
+            records=all_records,
+            live_episodes=counters["live"],
+            derived_records=counters["derived"],
+            skipped=skipped,
+            env_steps=counters["steps"],
+            env_steps_separate=counters["separate"],
+            elapsed_s=time.perf_counter() - t0,
+            sees_budget=self.sees_budget,
+        )
+
+    # -- internals ---------------------------------------------------------------------
+    async def _call(self, fn: Callable[..., R], *args: Any) -> R:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, fn, *args)
+
+    def _key(self, task: Task, sample: int) -> EpisodeKey:
+        cfg = self.config
+        seed = derive_seed(cfg.seed, task.task_id, sample, "agent")
+        env_seed = (
+            task.seed
+            if cfg.env_seed_mode == "task"
+            else derive_seed(cfg.seed, task.task_id, task.seed, sample, "env")
+        )
+        return EpisodeKey(task.task_id, sample, seed, env_seed)
+
+    def _make_env(self, task: Task) -> Environment:
+        env = task.make_env()
+        if self.config.fault_step is not None:
+            from budgetmix.training.envs.faulty_tools import FaultInjection
+
+            return FaultInjection(env, self.config.fault_step)
+        return env
+
+    async def _run_unit(self, unit: _Unit) -> tuple[list[EpisodeRecord], int]:
+        cfg = self.config
+        key = self._key(unit.task, unit.sample)
+        live_budget = max(unit.budgets)
+        t0 = time.perf_counter()
+        traj, result = await self._play(unit.task, key, live_budget)
+        latency = time.perf_counter() - t0
+        common = {"fault_step": cfg.fault_step, "training_ceiling": cfg.training_ceiling}
+        records = [
+            make_record(
+                key,
+                live_budget,
+                result,
+                traj,
+                len(traj.steps),
+                latency_s=latency,
+                derived=False,
+                **common,
+            )
+        ]
+        for b in unit.budgets:
+            if b == live_budget:
+                continue
+            res, used = replay(self._replayer, traj, b)
+            lat = traj.setup_s + sum(s.latency_s for s in traj.steps[:used])
+            records.append(
+                make_record(key, b, res, traj, used, latency_s=lat, derived=True, **common)
+            )
+        records.sort(key=lambda r: r.budget)
+        return records, len(traj.steps)
+
+    async def _act(
+        self, agent: EnvAgent | AsyncEnvAgent, obs: str, notice: str | None, left: int | None
+    ) -> str | AgentReply:
+        if self.is_async:
+            reply: str | AgentReply = await agent.act(obs, notice, left)  # type: ignore[misc]
+            return reply
+        return await self._call(agent.act, obs, notice, left)  # type: ignore[arg-type]
+
+    async def _env(self, fn: Callable[..., R], *args: Any) -> R:
+        if self.config.env_in_thread:
+            return await self._call(fn, *args)
+        return fn(*args)
+
+    async def _play(self, task: Task, key: EpisodeKey, budget: int) -> tuple[Trajectory, Any]:
+        blind = not self.sees_budget
+        traj = Trajectory()
+        t0 = time.perf_counter()
+        agent = self.agent_factory()
+        env = self._make_env(task)
+        obs = await self._env(env.reset, key.env_seed)
+        await self._env(agent.start, env, key.seed)
+        traj.setup_s = time.perf_counter() - t0
+        ep = self._controller.episode(
+            name=f"eval {task.task_id}",
+            budget=Budget(turns=budget),
+            metadata={"task_id": task.task_id, "budget": budget, "sample": key.sample},
+        )
+        with ep:
+            try:
+                while True:
+                    turn = ep.try_begin_turn()
+                    if turn is None:
+                        break
+                    ts = time.perf_counter()
+                    left = None if blind else ep.state.turns_remaining
+                    reply = await self._act(agent, obs, None if blind else turn.notice, left)
+                    r = reply if isinstance(reply, AgentReply) else AgentReply(text=str(reply))
+                    result = await self._env(env.step, r.text)
+                    label = result.label
+                    hint = result.info.get("failure") if result.info else None
+                    step = Step(
+                        valid=label.valid,
+                        progress=label.progress,
+                        mistake=label.mistake,
+                        detail=label.detail,
+                        success=result.success,
+                        done=result.done,
+                        failure_hint=hint if isinstance(hint, str) else None,
+                        input_tokens=r.input_tokens,
+                        output_tokens=r.output_tokens,
+                        cost_usd=r.cost_usd,
+                        tool_calls=int(result.info.get("tool_calls", 0)) if result.info else 0,
+                        latency_s=time.perf_counter() - ts,
+                    )
+                    traj.steps.append(step)
+                    record_usage(turn, step)
+                    obs = result.observation
+                    if apply_step(ep, step):
+                        break
+            except ProviderError as exc:
+                traj.exception, traj.error = "provider_error", f"{type(exc).__name__}: {exc}"
+                apply_exception(ep, "provider_error", traj.error)
+            except Exception as exc:
+                if self.config.on_error == "raise":
+                    raise
+                traj.exception, traj.error = "error", f"{type(exc).__name__}: {exc}"[:500]
+                apply_exception(ep, "error", traj.error)
+        return traj, ep.result
+
+
+@dataclass(frozen=True, slots=True)
+class _EveryTurn:
+    format: str
+
+    def should_notify(self, state: object) -> bool:
+        return True
