@@ -29,6 +29,7 @@ from budgetmix.training.envs.frozenlake import FrozenLakeEnv
 from budgetmix.training.envs.frozenlake_oracle import (
     ACTIONS,
     FrozenLakeModel,
+    discounted_values,
     finite_horizon_values,
     stationary_policy,
 )
@@ -135,8 +136,9 @@ class FrozenLakeOracle:
     """Optimal FrozenLake play from the exact model.
 
     Budget-aware (default): ``argmax Q[turns_remaining][state]`` from finite-horizon
-    value iteration. With ``budget_blind=True``, or when ``turns_remaining`` is
-    ``None``, the stationary policy of :func:`stationary_policy` (``gamma``).
+    value iteration (ties go to the action with the best ``gamma``-discounted value,
+    i.e. the fastest of the optimal moves). With ``budget_blind=True``, or when
+    ``turns_remaining`` is ``None``, the stationary policy of :func:`stationary_policy`.
 
     Raises:
         ConfigError: (on ``reset``) the environment is not a FrozenLake one.
@@ -149,6 +151,7 @@ class FrozenLakeOracle:
         self._model: FrozenLakeModel | None = None
         self._policy: npt.NDArray[np.intp] | None = None
         self._q: npt.NDArray[np.float64] | None = None
+        self._q_gamma: npt.NDArray[np.float64] | None = None
 
     def reset(self, env: Environment, seed: int) -> None:
         """Bind to the (reset) environment; recompute the tables when the map changed."""
@@ -160,8 +163,11 @@ class FrozenLakeOracle:
             self._model = inner.model
             self._policy = None
             self._q = None
+            self._q_gamma = None
 
     def _choice(self, turns_remaining: int | None) -> int:
+        import numpy as np
+
         if self._env is None or self._model is None:
             raise ConfigError("agent: call reset() first")
         state = self._env.state
@@ -172,7 +178,15 @@ class FrozenLakeOracle:
         t = max(1, turns_remaining)
         if self._q is None or self._q.shape[0] <= t:
             self._q = finite_horizon_values(self._model, max(t, 64))[1]
-        return int(self._q[t, state].argmax())
+        if self._q_gamma is None:
+            values = discounted_values(self._model, self.gamma)[0]
+            self._q_gamma = self._model.transitions @ values
+        # Many actions tie when the budget has slack (e.g. bumping into the edge and then
+        # taking the shortest path); among the exact optima take the fastest, per the
+        # discounted values, so the oracle does not waste turns.
+        q = self._q[t, state]
+        optimal = q >= q.max() - 1e-12
+        return int(np.where(optimal, self._q_gamma[state], -np.inf).argmax())
 
     def act(self, observation: str, turns_remaining: int | None) -> str:
         """``Action: <direction>`` of the optimal move."""

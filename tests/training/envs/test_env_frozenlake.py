@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from budgetmix.exceptions import ConfigError, MissingExtraError
 from budgetmix.training.envs import EnvStateError, FrozenLakeEnv, parse_action
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gymnasium.envs.toy_text.frozen_lake import MAPS, FrozenLakeEnv, generate_random_map
-
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import (
     FrozenLakeModel,
@@ -17,6 +15,7 @@ from budgetmix.training.envs import (
     policy_success_curve,
     stationary_policy,
 )
+from gymnasium.envs.toy_text.frozen_lake import MAPS, FrozenLakeEnv, generate_random_map
 
 
 @pytest.mark.parametrize("success_rate", [1 / 3, 0.8])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import (
     EnvStateError,

@@ -6,7 +6,6 @@ import os
 import uuid
 
 import pytest
-
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import SandboxLimits, run_python
 
