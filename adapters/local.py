@@ -1,0 +1,312 @@
+"""A local transformers causal LM as a :class:`~budgetmix.adapters.base.ChatModel`.
+
+The conversation is rendered with the tokenizer's chat template; the budget
+notice is appended as a final user message for that one request only. The
+model generates greedily (``temperature=0``) or by seeded sampling.
+
+Tool-call format (the Hermes/Qwen convention), in the generated text::
+
+    <tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>
+
+Several blocks make a parallel batch; the text outside the blocks is the
+message content. A block whose body is not JSON is still reported as a call
+(its raw body as arguments), so the loop records ``invalid_tool_arguments``
+rather than losing it. Tools are described to the model through the
+template's own ``tools`` support when the template uses it, otherwise in a
+system message; tool results are ``tool`` messages, or user messages wrapped
+in ``<tool_response>`` when the template has no tool support.
+
+torch and transformers are imported on first use; without them
+:class:`~budgetmix.exceptions.MissingExtraError` names the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
+from budgetmix.exceptions import ConfigError, MissingExtraError
+
+__all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "LocalChatModel", "parse_tool_calls"]
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
+
+ToolsIn = Literal["auto", "template", "system"]
+
+
+def _import(package: str) -> Any:
+    try:
+        return __import__(package)
+    except ImportError as exc:
+        raise MissingExtraError(package, "train") from exc
+
+
+def parse_tool_calls(
+    text: str, *, id_prefix: str = "call"
+) -> tuple[str, tuple[ToolCallRequest, ...]]:
+    """Split generated text into its content and its ``<tool_call>`` blocks.
+
+    An unterminated final block (generation cut off) still counts as a call.
+    """
+    calls: list[ToolCallRequest] = []
+    for i, match in enumerate(_BLOCK.finditer(text)):
+        body = match.group(1).strip()
+        name, arguments = "", body
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            found = _NAME.search(body)
+            name = found.group(1) if found else ""
+        else:
+            if isinstance(decoded, dict):
+                name = str(decoded.get("name", ""))
+                args = decoded.get("arguments", decoded.get("parameters", {}))
+                arguments = args if isinstance(args, str) else json.dumps(args)
+        calls.append(ToolCallRequest(id=f"{id_prefix}_{i}", name=name, arguments=arguments))
+    content = _BLOCK.sub("", text).strip()
+    return content, tuple(calls)
+
+
+def _render_call(call: ToolCallRequest) -> str:
+    try:
+        args: Any = json.loads(call.arguments)
+    except ValueError:
+        return f"{TOOL_CALL_OPEN}{call.arguments}{TOOL_CALL_CLOSE}"
+    return f"{TOOL_CALL_OPEN}{json.dumps({'name': call.name, 'arguments': args})}{TOOL_CALL_CLOSE}"
+
+
+def _tool_system_text(tools: Sequence[ToolSpec]) -> str:
+    specs = [
+        {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+        for t in tools
+    ]
+    return (
+        "You may call tools. To call one, write "
+        f'{TOOL_CALL_OPEN}{{"name": <tool name>, "arguments": {{...}}}}{TOOL_CALL_CLOSE}.\n'
+        f"Tools: {json.dumps(specs)}"
+    )
+
+
+class LocalChatModel:
+    """A local causal LM and its tokenizer, as a chat model.
+
+    Args:
+        model: a transformers causal LM (``generate`` is used).
+        tokenizer: its tokenizer, with a chat template.
+        model_name: reported as the model name (default: the config's name or ``"local"``).
+        max_new_tokens: generation cap per turn (hitting it gives ``finish_reason="length"``).
+        temperature: 0 for greedy decoding, > 0 to sample.
+        top_p: nucleus sampling cutoff when sampling.
+        seed: sampling seed; call ``n`` samples with ``seed + n``, so a run is reproducible.
+        tools_in: where tool specs go: the template's ``tools`` variable, a
+            system message, or ``"auto"`` (the template if it mentions ``tools``).
+
+    Raises:
+        ConfigError: the tokenizer has no chat template, or an argument is out of range.
+    """
+
+    provider_name: str = "transformers"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_name: str | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        tools_in: ToolsIn = "auto",
+    ) -> None:
+        template = getattr(tokenizer, "chat_template", None)
+        if not template:
+            raise ConfigError("tokenizer: has no chat_template")
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
+        if temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
+        if not 0.0 < top_p <= 1.0:
+            raise ConfigError(f"top_p must lie in (0, 1], got {top_p!r}")
+        if tools_in not in ("auto", "template", "system"):
+            raise ConfigError(f"tools_in must be 'auto', 'template' or 'system', got {tools_in!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or "local"
+        self.model_name = model_name or str(config_name)
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.seed = seed
+        self.template_tools = tools_in == "template" or (
+            tools_in == "auto" and "tools" in str(template)
+        )
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        dtype: str = "float32",
+        device: str | None = None,
+        local_files_only: bool = False,
+        **options: Any,
+    ) -> LocalChatModel:
+        """Load model and tokenizer with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
+
+        Weights are read from safetensors only (``use_safetensors=True``). ``path``
+        is a local directory or a Hub id (``local_files_only=True`` forbids downloads).
+        ``options`` go to the constructor.
+
+        Raises:
+            MissingExtraError: torch/transformers are not installed.
+            ConfigError: unknown ``dtype``.
+        """
+        torch = _import("torch")
+        transformers = _import("transformers")
+        torch_dtype = {
+            "float32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "float16": torch.float16,
+        }.get(dtype)
+        if torch_dtype is None:
+            raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            str(path), local_files_only=local_files_only
+        )
+        # transformers 4.56 renamed torch_dtype to dtype; pass whichever this version takes.
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+        dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path),
+            use_safetensors=True,
+            local_files_only=local_files_only,
+            **{dtype_kw: torch_dtype},
+        )
+        if device is not None:
+            model = model.to(device)
+        model.eval()
+        options.setdefault("model_name", Path(str(path)).name or str(path))
+        return cls(model, tokenizer, **options)
+
+    # -- rendering -----------------------------------------------------------------------
+    def render(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], notice: str | None
+    ) -> str:
+        """The prompt text of one request (ends with the assistant generation prompt)."""
+        rows = [self._row(m) for m in messages]
+        if tools and not self.template_tools:
+            tool_text = _tool_system_text(tools)
+            if rows and rows[0]["role"] == "system":
+                rows[0] = {**rows[0], "content": f"{rows[0]['content']}\n\n{tool_text}"}
+            else:
+                rows.insert(0, {"role": "system", "content": tool_text})
+        if notice:
+            rows.append({"role": "user", "content": notice})
+        kwargs: dict[str, Any] = {}
+        if tools and self.template_tools:
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": dict(t.parameters),
+                    },
+                }
+                for t in tools
+            ]
+        text = self.tokenizer.apply_chat_template(
+            rows, tokenize=False, add_generation_prompt=True, **kwargs
+        )
+        return str(text)
+
+    def _row(self, m: ChatMessage) -> dict[str, Any]:
+        if m.role == "assistant" and m.tool_calls:
+            content = m.content + "".join(_render_call(c) for c in m.tool_calls)
+            return {"role": "assistant", "content": content}
+        if m.role == "tool" and not self.template_tools:
+            return {"role": "user", "content": f"<tool_response>{m.content}</tool_response>"}
+        return {"role": m.role, "content": m.content}
+
+    # -- generation ----------------------------------------------------------------------
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """Generate one reply. ``tool_choice="none"`` keeps the tools in the prompt; a
+        local model cannot be forced, so any tool calls it writes are still reported."""
+        torch = _import("torch")
+        prompt = self.render(messages, tools, notice)
+        encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        device = next(self.model.parameters()).device
+        input_ids = encoded["input_ids"].to(device)
+        attention = encoded["attention_mask"].to(device)
+        with self._lock:
+            call = self.calls
+            self.calls += 1
+            with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+                torch.manual_seed(self.seed + call)
+                with torch.no_grad():
+                    output = self.model.generate(
+                        input_ids=input_ids,
+                        attention_mask=attention,
+                        generation_config=self._generation_config(),
+                    )
+        new_ids = output[0, input_ids.shape[1] :].tolist()
+        eos = self.tokenizer.eos_token_id
+        stopped = eos is not None and eos in new_ids
+        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+        content, calls = parse_tool_calls(text, id_prefix=f"call_{call}")
+        finish = "length" if not stopped else ("tool_calls" if calls else "stop")
+        return ModelResponse(
+            text=content,
+            tool_calls=calls,
+            finish_reason=finish,
+            usage=Usage(input_tokens=int(input_ids.shape[1]), output_tokens=len(new_ids)),
+            model=self.model_name,
+            raw=text,
+        )
+
+    async def acomplete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """:meth:`complete` in a worker thread, so the event loop keeps running."""
+        return await asyncio.to_thread(
+            self.complete, messages, tools, notice=notice, tool_choice=tool_choice
+        )
+
+    def _generation_config(self) -> Any:
+        transformers = _import("transformers")
+        sample = self.temperature > 0
+        pad = self.tokenizer.pad_token_id
+        eos = self.tokenizer.eos_token_id
+        options: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": sample,
+            "eos_token_id": eos,
+            "pad_token_id": pad if pad is not None else eos,
+        }
+        if sample:
+            options.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
+        return transformers.GenerationConfig(**options)

@@ -1,0 +1,548 @@
+"""The built-in agent loop: any chat model, plain Python tools, one budgeted episode.
+
+:func:`run_agent` (sync) and :func:`arun_agent` (async) are thin drivers over
+one I/O-free core, :class:`_AgentLoop`, which builds each request, digests
+each response and records each tool outcome. Per turn the loop:
+
+1. charges the turn (``episode.try_begin_turn``); a refused turn ends the run;
+2. calls the model through ``turn.call`` / ``turn.acall`` (transient errors are
+   retried without consuming turns) with the turn's notice, which the model
+   adapter injects ephemerally: the notice is never stored in the history;
+3. records usage and cost, and appends the assistant message;
+4. no tool calls: that text is the final answer (``judge`` decides success);
+5. otherwise pre-checks the whole parallel batch (``episode.tool_batch``),
+   refusing it whole when it does not fit, validates every call, runs the
+   valid ones concurrently, and appends one tool message per call in call
+   order. A tool that raises, invalid arguments and unknown tools become
+   error results the model sees plus mistake events.
+
+With ``exhaustion="grace"`` a run whose turns are spent gets one more call
+with ``tool_choice="none"`` (tool definitions stay in the request, so the
+provider's prompt cache stays warm) and the final-turn notice; its text is the
+best-effort :attr:`AgentRun.output`, the episode still ends ``budget_exhausted``
+and ``result.grace_turn`` is set. Tool calls the model makes anyway are not
+executed (a ``model_format_error`` mistake; :attr:`AgentRun.ignored_tool_calls`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from budgetmix.adapters.base import (
+    AsyncChatModel,
+    ChatMessage,
+    ChatModel,
+    ModelResponse,
+    ToolCallRequest,
+    ToolSpec,
+)
+from budgetmix.adapters.tools import (
+    PreparedCall,
+    Tool,
+    ToolArgumentError,
+    Toolbox,
+    render_tool_error,
+    render_tool_result,
+)
+from budgetmix.budget import Budget
+from budgetmix.controller import BudgetController
+from budgetmix.episode import Episode
+from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
+from budgetmix.exceptions import BudgetExhausted, ConfigError, EarlyStopped
+from budgetmix.policy import ExhaustionMode, ExtensionPolicy
+from budgetmix.steps import ToolCall, Turn
+
+if TYPE_CHECKING:
+    from budgetmix.adapters.pricing import Pricing
+
+__all__ = ["AgentRun", "arun_agent", "run_agent"]
+
+ToolLike = Tool | Callable[..., Any]
+Judge = Callable[[str], bool]
+
+#: What the model reads for calls that were never run.
+REFUSED_BY_BUDGET = "Not executed: the tool-call budget does not cover this batch."
+IGNORED_ON_GRACE = "Not executed: tools are disabled on the final wrap-up turn."
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentRun:
+    """The outcome of :func:`run_agent`: the episode result, the conversation, the answer.
+
+    ``messages`` is the full conversation (without any notice); ``output`` is the
+    final answer, or the grace turn's best-effort answer (``grace_answer``), or
+    ``None`` when the budget ended the run first.
+    """
+
+    result: EpisodeResult
+    messages: tuple[ChatMessage, ...]
+    output: str | None
+    grace_answer: bool = False
+    ignored_tool_calls: tuple[ToolCallRequest, ...] = ()
+
+    @property
+    def status(self) -> EpisodeStatus:
+        return self.result.status
+
+    @property
+    def success(self) -> bool:
+        return self.result.success
+
+    @property
+    def turns_used(self) -> int:
+        return self.result.turns_used
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...]
+    notice: str | None
+    tool_choice: Literal["auto", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """One call of a pre-checked batch: its charge, and what will run (or why not)."""
+
+    call: ToolCall
+    request: ToolCallRequest
+    prepared: PreparedCall | ToolArgumentError
+
+
+#: A tool's outcome: ``(True, result)`` or ``(False, exception)``.
+_Outcome = tuple[bool, Any]
+
+
+def _load_pricing(pricing: Pricing | None) -> Pricing | None:
+    if pricing is not None:
+        return pricing
+    try:  # the pricing table is optional: without it cost is not recorded
+        from budgetmix.adapters.pricing import DEFAULT_PRICING
+    except ImportError:  # pragma: no cover - pricing ships with the package
+        return None
+    return DEFAULT_PRICING
+
+
+class _AgentLoop:
+    """The I/O-free core shared by the sync and async drivers."""
+
+    def __init__(
+        self,
+        episode: Episode,
+        model_name: str,
+        toolbox: Toolbox,
+        history: list[ChatMessage],
+        *,
+        judge: Judge | None,
+        pricing: Pricing | None,
+    ) -> None:
+        self.episode = episode
+        self.model_name = model_name
+        self.toolbox = toolbox
+        self.history = history
+        self.judge = judge
+        self.pricing = _load_pricing(pricing)
+        self.output: str | None = None
+        self.grace_answer = False
+        self.ignored: tuple[ToolCallRequest, ...] = ()
+
+    def open(self) -> None:
+        """Check what must hold before the first request; record the opening messages."""
+        if self.episode.ledger.limit("cost_usd") is not None:
+            if self.pricing is None:
+                raise ConfigError("pricing: a cost_usd limit needs a pricing table")
+            self.pricing.require(self.model_name)
+        for message in self.history:
+            self.episode.record_message(message)
+
+    def next_turn(self) -> Turn | None:
+        return self.episode.try_begin_turn(model=self.model_name)
+
+    def request(self, turn: Turn) -> _Request:
+        return _Request(
+            tuple(self.history),
+            self.toolbox.specs,
+            turn.notice,
+            "none" if turn.grace else "auto",
+        )
+
+    def on_response(self, turn: Turn, response: ModelResponse) -> list[_Planned] | None:
+        """Digest a response: ``None`` ends the run, otherwise the tool batch to run."""
+        self._record_usage(turn, response)
+        self._append(
+            ChatMessage(role="assistant", content=response.text, tool_calls=response.tool_calls)
+        )
+        if turn.grace:
+            self.output, self.grace_answer = response.text, True
+            if response.tool_calls:
+                self.ignored = response.tool_calls
+                names = ", ".join(c.name for c in response.tool_calls)
+                self.episode.record_mistake(
+                    MistakeKind.MODEL_FORMAT_ERROR,
+                    detail=f"tool calls on the tool-less grace turn were not executed: {names}",
+                )
+                self._not_executed(response.tool_calls, IGNORED_ON_GRACE)
+            return None
+        if not response.tool_calls:
+            self.output = response.text
+            success = True if self.judge is None else bool(self.judge(response.text))
+            self.episode.finish(success=success, output=response.text)
+            return None
+        requests = response.tool_calls
+        try:
+            calls = self.episode.tool_batch([r.name for r in requests], [r.id for r in requests])
+        except BudgetExhausted:
+            # Keep the conversation well-formed: every tool call gets its result.
+            self._not_executed(requests, REFUSED_BY_BUDGET)
+            raise
+        return [
+            _Planned(call, req, self.toolbox.prepare(req))
+            for call, req in zip(calls, requests, strict=True)
+        ]
+
+    def on_outcomes(self, batch: Sequence[_Planned], outcomes: Sequence[_Outcome | None]) -> None:
+        """Record each call's outcome (in call order, so events are deterministic)."""
+        for planned, outcome in zip(batch, outcomes, strict=True):
+            call, req = planned.call, planned.request
+            if isinstance(planned.prepared, ToolArgumentError):
+                call.fail(planned.prepared.message, kind=planned.prepared.kind)
+                self._tool_message(req, planned.prepared.message, is_error=True)
+                continue
+            assert outcome is not None
+            ok, value = outcome
+            if ok:
+                call.succeed(value)
+                self._tool_message(req, render_tool_result(value), is_error=False)
+            else:
+                text = render_tool_error(value)
+                call.fail(text)
+                self._tool_message(req, text, is_error=True)
+
+    def run_result(self) -> AgentRun:
+        result = self.episode.result
+        assert result is not None, "the episode closes before the run result is built"
+        return AgentRun(
+            result=result,
+            messages=tuple(self.history),
+            output=self.output,
+            grace_answer=self.grace_answer,
+            ignored_tool_calls=self.ignored,
+        )
+
+    # -- internals ---------------------------------------------------------------------
+    def _record_usage(self, turn: Turn, response: ModelResponse) -> None:
+        usage = response.usage
+        tokens_in = usage.input_tokens if usage is not None else 0
+        tokens_out = usage.output_tokens if usage is not None else 0
+        cost = 0.0
+        if self.pricing is not None and usage is not None:
+            found = self.pricing.cost(response.model, tokens_in, tokens_out)
+            if found is None:
+                found = self.pricing.cost(self.model_name, tokens_in, tokens_out)
+            cost = found or 0.0
+        turn.usage(
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost_usd=cost,
+            response_model=response.model,
+            finish_reasons=[response.finish_reason],
+        )
+
+    def _append(self, message: ChatMessage) -> None:
+        self.history.append(message)
+        self.episode.record_message(message)
+
+    def _tool_message(self, request: ToolCallRequest, content: str, *, is_error: bool) -> None:
+        self._append(
+            ChatMessage(
+                role="tool",
+                content=content,
+                tool_call_id=request.id,
+                name=request.name,
+                is_error=is_error,
+            )
+        )
+
+    def _not_executed(self, requests: Iterable[ToolCallRequest], reason: str) -> None:
+        for req in requests:
+            self._tool_message(req, reason, is_error=True)
+
+
+# -- setup shared by both drivers ------------------------------------------------------
+def _controller(
+    budget: Budget | BudgetController,
+    exhaustion: ExhaustionMode | None,
+    extension: ExtensionPolicy | None,
+    provider_name: str | None,
+) -> BudgetController:
+    if isinstance(budget, BudgetController):
+        if exhaustion is not None and exhaustion != budget.exhaustion:
+            raise ConfigError(
+                f"exhaustion: the controller was built with {budget.exhaustion!r}; "
+                "set it on the BudgetController, not run_agent"
+            )
+        if extension is not None and extension is not budget.extension:
+            raise ConfigError("extension: set it on the BudgetController, not run_agent")
+        return budget
+    if not isinstance(budget, Budget):
+        raise ConfigError(f"budget must be a Budget or BudgetController, got {budget!r}")
+    return BudgetController(
+        budget,
+        exhaustion=exhaustion or "end",
+        extension=extension,
+        provider_name=provider_name,
+    )
+
+
+def _history(task: str | Sequence[ChatMessage], system: str | None) -> list[ChatMessage]:
+    if isinstance(task, str):
+        messages = [ChatMessage(role="user", content=task)]
+    else:
+        messages = list(task)  # a copy: the caller's list is never mutated
+        for m in messages:
+            if not isinstance(m, ChatMessage):
+                raise ConfigError(f"task messages must be ChatMessage, got {m!r}")
+        if not messages:
+            raise ConfigError("task must be a string or a non-empty message list")
+    if system is not None:
+        messages.insert(0, ChatMessage(role="system", content=system))
+    return messages
+
+
+def _setup(
+    model: Any,
+    tools: Toolbox | Iterable[ToolLike],
+    task: str | Sequence[ChatMessage],
+    budget: Budget | BudgetController,
+    *,
+    system: str | None,
+    max_parallel: int,
+    exhaustion: ExhaustionMode | None,
+    extension: ExtensionPolicy | None,
+    judge: Judge | None,
+    pricing: Pricing | None,
+    name: str | None,
+    metadata: dict[str, Any] | None,
+) -> _AgentLoop:
+    if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+        raise ConfigError(f"max_parallel must be an integer >= 1, got {max_parallel!r}")
+    toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
+    controller = _controller(budget, exhaustion, extension, getattr(model, "provider_name", None))
+    episode = controller.episode(name=name, metadata=metadata)
+    return _AgentLoop(
+        episode,
+        str(model.model_name),
+        toolbox,
+        _history(task, system),
+        judge=judge,
+        pricing=pricing,
+    )
+
+
+def _invoke_sync(prepared: PreparedCall) -> _Outcome:
+    try:
+        value = prepared.invoke()
+        if inspect.isawaitable(value):
+            # A worker thread has no running loop, so a private one is safe here.
+            value = asyncio.run(_await(value))
+        return True, value
+    except (BudgetExhausted, EarlyStopped):
+        raise
+    except Exception as exc:
+        return False, exc
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+def _run_batch_sync(
+    batch: Sequence[_Planned], pool_factory: Callable[[], ThreadPoolExecutor]
+) -> list[_Outcome | None]:
+    runnable = [
+        (i, p.prepared) for i, p in enumerate(batch) if isinstance(p.prepared, PreparedCall)
+    ]
+    outcomes: list[_Outcome | None] = [None] * len(batch)
+    if len(runnable) == 1:  # no thread hop for the common single call
+        i, prepared = runnable[0]
+        outcomes[i] = _invoke_sync(prepared)
+        return outcomes
+    pool = pool_factory()
+    # Each call runs in a copy of this context, so tools see current_episode().
+    futures = [
+        (i, pool.submit(contextvars.copy_context().run, _invoke_sync, prepared))
+        for i, prepared in runnable
+    ]
+    for i, future in futures:
+        outcomes[i] = future.result()
+    return outcomes
+
+
+async def _invoke_async(prepared: PreparedCall, limit: asyncio.Semaphore) -> _Outcome:
+    async with limit:
+        try:
+            if prepared.tool.is_async:
+                value = await prepared.invoke()
+            else:
+                value = await asyncio.to_thread(prepared.invoke)
+                if inspect.isawaitable(value):
+                    value = await value
+            return True, value
+        except (BudgetExhausted, EarlyStopped):
+            raise
+        except Exception as exc:
+            return False, exc
+
+
+async def _run_batch_async(batch: Sequence[_Planned], max_parallel: int) -> list[_Outcome | None]:
+    limit = asyncio.Semaphore(max_parallel)
+    indexed = [(i, p.prepared) for i, p in enumerate(batch) if isinstance(p.prepared, PreparedCall)]
+    results = await asyncio.gather(*(_invoke_async(p, limit) for _, p in indexed))
+    outcomes: list[_Outcome | None] = [None] * len(batch)
+    for (i, _), outcome in zip(indexed, results, strict=True):
+        outcomes[i] = outcome
+    return outcomes
+
+
+# -- drivers ---------------------------------------------------------------------------
+def run_agent(
+    model: ChatModel,
+    tools: Toolbox | Iterable[ToolLike],
+    task: str | Sequence[ChatMessage],
+    budget: Budget | BudgetController,
+    *,
+    system: str | None = None,
+    max_parallel: int = 8,
+    exhaustion: ExhaustionMode | None = None,
+    extension: ExtensionPolicy | None = None,
+    judge: Judge | None = None,
+    pricing: Pricing | None = None,
+    name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> AgentRun:
+    """Run ``model`` with ``tools`` on ``task`` until it answers or the budget ends the run.
+
+    Args:
+        model: any :class:`~budgetmix.adapters.base.ChatModel`.
+        tools: functions (schemas derived from type hints), :class:`Tool` s or a :class:`Toolbox`.
+        task: the user's request, or an opening conversation (copied, never mutated).
+        budget: limits (a controller is built) or a configured :class:`BudgetController`.
+        system: a system message put first.
+        max_parallel: most tool calls of one batch running at once.
+        exhaustion: ``"end"`` (default), ``"raise"`` or ``"grace"``; only with a ``Budget``.
+        extension: asked for more budget at a limit; only with a ``Budget``.
+        judge: decides whether the final answer is a success (default: any answer is).
+        pricing: prices for the cost limit (default: the built-in table).
+        name, metadata: the episode's name and metadata.
+        sleep: replaces ``time.sleep`` between retries (tests).
+
+    Returns:
+        the :class:`AgentRun`; a spent budget is an outcome, not an error.
+
+    Raises:
+        ConfigError: invalid arguments, an async-only model, or a cost limit on a
+            model without a known price.
+        ProviderError: the model failed after retries (episode status ``error``).
+        BudgetExhausted: the budget ran out and the controller's exhaustion is ``"raise"``.
+    """
+    if not callable(getattr(model, "complete", None)):
+        raise ConfigError(f"model {model!r} has no complete(); use arun_agent for async models")
+    loop = _setup(
+        model, tools, task, budget, system=system, max_parallel=max_parallel,
+        exhaustion=exhaustion, extension=extension, judge=judge, pricing=pricing,
+        name=name, metadata=metadata,
+    )  # fmt: skip
+    pool: list[ThreadPoolExecutor] = []
+
+    def pool_factory() -> ThreadPoolExecutor:
+        if not pool:
+            pool.append(ThreadPoolExecutor(max_parallel, thread_name_prefix="budgetmix-tool"))
+        return pool[0]
+
+    loop.open()
+    try:
+        with loop.episode:
+            while (turn := loop.next_turn()) is not None:
+                with turn:
+                    req = loop.request(turn)
+                    send = functools.partial(
+                        model.complete,
+                        req.messages,
+                        req.tools,
+                        notice=req.notice,
+                        tool_choice=req.tool_choice,
+                    )
+                    response = turn.call(send, sleep=sleep)
+                    batch = loop.on_response(turn, response)
+                    if batch is None:
+                        break
+                    loop.on_outcomes(batch, _run_batch_sync(batch, pool_factory))
+    finally:
+        for p in pool:
+            p.shutdown(wait=True)
+    return loop.run_result()
+
+
+async def arun_agent(
+    model: AsyncChatModel | ChatModel,
+    tools: Toolbox | Iterable[ToolLike],
+    task: str | Sequence[ChatMessage],
+    budget: Budget | BudgetController,
+    *,
+    system: str | None = None,
+    max_parallel: int = 8,
+    exhaustion: ExhaustionMode | None = None,
+    extension: ExtensionPolicy | None = None,
+    judge: Judge | None = None,
+    pricing: Pricing | None = None,
+    name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> AgentRun:
+    """Async twin of :func:`run_agent`.
+
+    Uses ``model.acomplete`` when the model has it, else runs ``complete`` in a
+    thread. Async tools run concurrently on the loop, sync tools in threads.
+
+    Raises:
+        The same as :func:`run_agent`.
+    """
+    acomplete = getattr(model, "acomplete", None)
+    complete = getattr(model, "complete", None)
+    if not callable(acomplete) and not callable(complete):
+        raise ConfigError(f"model {model!r} has neither acomplete() nor complete()")
+    loop = _setup(
+        model, tools, task, budget, system=system, max_parallel=max_parallel,
+        exhaustion=exhaustion, extension=extension, judge=judge, pricing=pricing,
+        name=name, metadata=metadata,
+    )  # fmt: skip
+
+    async def call_model(req: _Request) -> ModelResponse:
+        kwargs: dict[str, Any] = {"notice": req.notice, "tool_choice": req.tool_choice}
+        if callable(acomplete):
+            response: ModelResponse = await acomplete(req.messages, req.tools, **kwargs)
+            return response
+        assert callable(complete)
+        response = await asyncio.to_thread(complete, req.messages, req.tools, **kwargs)
+        return response
+
+    loop.open()
+    async with loop.episode:
+        while (turn := loop.next_turn()) is not None:
+            with turn:
+                req = loop.request(turn)
+                response = await turn.acall(functools.partial(call_model, req), sleep=sleep)
+                batch = loop.on_response(turn, response)
+                if batch is None:
+                    break
+                loop.on_outcomes(batch, await _run_batch_async(batch, max_parallel))
+    return loop.run_result()

@@ -1,0 +1,443 @@
+"""Test doubles shipped in the package: a scripted model, fault injection, a network guard.
+
+:class:`ScriptedModel` is a :class:`~budgetmix.adapters.base.ChatModel` and an
+:class:`~budgetmix.adapters.base.AsyncChatModel` that plays a list of
+:class:`ModelResponse` (or asks a responder function) and records every
+request it saw, notice and ``tool_choice`` included, so a test can assert
+exactly what the model was shown. :class:`FailingModel` raises transient
+errors a set number of times before delegating (retry tests).
+:class:`MistakeThenRecover` is a seeded scripted agent that makes mistakes
+at a given rate and then recovers (the demo's stand-in for a model).
+:func:`block_network` makes any attempt to reach a non-loopback host fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import ipaddress
+import itertools
+import json
+import random
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from budgetmix.adapters.base import (
+    AsyncChatModel,
+    ChatMessage,
+    ChatModel,
+    ModelResponse,
+    ToolCallRequest,
+    ToolSpec,
+    Usage,
+)
+from budgetmix.exceptions import BudgetmixError, ConfigError
+
+__all__ = [
+    "FailingModel",
+    "MistakeThenRecover",
+    "ModelRequest",
+    "NetworkBlockedError",
+    "Responder",
+    "ScriptExhaustedError",
+    "ScriptedModel",
+    "TransientModelError",
+    "block_network",
+    "final_answer",
+    "invalid_json_call",
+    "tool_call",
+    "tool_calls",
+    "unknown_tool_call",
+]
+
+ToolChoice = Literal["auto", "none"]
+
+#: ``(messages, tools, notice) -> ModelResponse``; a responder that also takes a
+#: ``tool_choice`` keyword parameter receives it.
+Responder = Callable[..., ModelResponse]
+
+_call_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One request a scripted model received, exactly as the loop sent it."""
+
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...]
+    notice: str | None
+    tool_choice: ToolChoice
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tools)
+
+
+class ScriptExhaustedError(BudgetmixError, AssertionError):
+    """A :class:`ScriptedModel` was called more often than its script has responses."""
+
+
+# -- script helpers ---------------------------------------------------------------------
+def tool_call(
+    name: str, arguments: Mapping[str, Any] | str | None = None, *, id: str | None = None
+) -> ToolCallRequest:
+    """A tool call; a mapping is JSON-encoded, a string is sent verbatim."""
+    raw = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
+    return ToolCallRequest(id=id or f"call_{next(_call_ids)}", name=name, arguments=raw)
+
+
+def tool_calls(
+    *calls: ToolCallRequest, text: str = "", usage: Usage | None = None
+) -> ModelResponse:
+    """A response asking for ``calls`` (a parallel batch when more than one)."""
+    return ModelResponse(text=text, tool_calls=calls, finish_reason="tool_calls", usage=usage)
+
+
+def final_answer(text: str, *, usage: Usage | None = None) -> ModelResponse:
+    """A response without tool calls: the loop's final answer."""
+    return ModelResponse(text=text, finish_reason="stop", usage=usage)
+
+
+def invalid_json_call(name: str, raw: str = '{"x": ', *, id: str | None = None) -> ToolCallRequest:
+    """A call whose arguments are truncated JSON (an ``invalid_tool_arguments`` mistake)."""
+    return tool_call(name, raw, id=id)
+
+
+def unknown_tool_call(
+    name: str = "no_such_tool", arguments: Mapping[str, Any] | None = None
+) -> ToolCallRequest:
+    """A call of a tool the agent does not have (an ``unknown_tool`` mistake)."""
+    return tool_call(name, arguments)
+
+
+def _estimate_usage(messages: Sequence[ChatMessage], notice: str | None, text: str) -> Usage:
+    # Deterministic stand-in for a tokenizer: about four characters per token.
+    chars = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+    chars += len(notice or "")
+    return Usage(input_tokens=chars // 4 + 1, output_tokens=len(text) // 4 + 1)
+
+
+class ScriptedModel:
+    """A chat model that plays a script; both :class:`ChatModel` and :class:`AsyncChatModel`.
+
+    Args:
+        script: responses returned in order, or a responder function called for
+            every request (see :data:`Responder`).
+        model_name: reported as the model (``gen_ai.request.model``).
+        estimate_usage: fill in a deterministic token estimate where a
+            response carries no usage.
+
+    Raises:
+        ScriptExhaustedError: (from ``complete``) more calls than scripted responses.
+    """
+
+    provider_name: str = "scripted"
+
+    def __init__(
+        self,
+        script: Sequence[ModelResponse] | Responder,
+        *,
+        model_name: str = "scripted-model",
+        estimate_usage: bool = True,
+    ) -> None:
+        self.model_name = model_name
+        self.estimate_usage = estimate_usage
+        self.requests: list[ModelRequest] = []
+        self._lock = threading.Lock()
+        self._responder: Responder | None = None
+        self._script: tuple[ModelResponse, ...] = ()
+        self._passes_tool_choice = False
+        if callable(script):
+            self._responder = script
+            self._passes_tool_choice = _accepts_keyword(script, "tool_choice")
+        else:
+            self._script = tuple(script)
+            for r in self._script:
+                if not isinstance(r, ModelResponse):
+                    raise ConfigError(f"script entries must be ModelResponse, got {r!r}")
+
+    @property
+    def calls(self) -> int:
+        """How many requests the model received."""
+        return len(self.requests)
+
+    @property
+    def notices(self) -> list[str | None]:
+        """The notice of every request, in order."""
+        return [r.notice for r in self.requests]
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: ToolChoice = "auto",
+    ) -> ModelResponse:
+        request = ModelRequest(
+            messages=tuple(messages), tools=tuple(tools), notice=notice, tool_choice=tool_choice
+        )
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(request)
+        if self._responder is not None:
+            extra = {"tool_choice": tool_choice} if self._passes_tool_choice else {}
+            response = self._responder(request.messages, request.tools, notice, **extra)
+        elif index < len(self._script):
+            response = self._script[index]
+        else:
+            raise ScriptExhaustedError(
+                f"{self.model_name}: call {index + 1} but the script has {len(self._script)}"
+            )
+        return self._finish(response, request)
+
+    async def acomplete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: ToolChoice = "auto",
+    ) -> ModelResponse:
+        return self.complete(messages, tools, notice=notice, tool_choice=tool_choice)
+
+    def _finish(self, response: ModelResponse, request: ModelRequest) -> ModelResponse:
+        usage = response.usage
+        if usage is None and self.estimate_usage:
+            usage = _estimate_usage(request.messages, request.notice, response.text)
+        return ModelResponse(
+            text=response.text,
+            tool_calls=response.tool_calls,
+            finish_reason=response.finish_reason,
+            usage=usage,
+            model=response.model or self.model_name,
+            raw=response.raw,
+        )
+
+
+def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+# -- fault injection --------------------------------------------------------------------
+class TransientModelError(Exception):
+    """A provider error the retry policy classifies as transient (HTTP 503 by default)."""
+
+    def __init__(self, message: str = "service unavailable", *, status_code: int = 503) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class FailingModel:
+    """Wraps a model and raises an error on its first ``failures`` calls.
+
+    ``error`` builds the exception for each failing attempt (default: a
+    transient :class:`TransientModelError`); a failing attempt never reaches
+    the wrapped model. ``attempts`` counts every call.
+    """
+
+    def __init__(
+        self,
+        inner: ChatModel | AsyncChatModel,
+        *,
+        failures: int = 1,
+        error: Callable[[], BaseException] = TransientModelError,
+    ) -> None:
+        if failures < 0:
+            raise ConfigError(f"failures must be >= 0, got {failures!r}")
+        self.inner = inner
+        self.failures = failures
+        self.error = error
+        self.attempts = 0
+        self.model_name = inner.model_name
+        self.provider_name = inner.provider_name
+        self._lock = threading.Lock()
+
+    def _maybe_fail(self) -> None:
+        with self._lock:
+            self.attempts += 1
+            failing = self.attempts <= self.failures
+        if failing:
+            raise self.error()
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: ToolChoice = "auto",
+    ) -> ModelResponse:
+        self._maybe_fail()
+        if not isinstance(self.inner, ChatModel):
+            raise ConfigError(f"{type(self.inner).__name__} has no sync complete()")
+        return self.inner.complete(messages, tools, notice=notice, tool_choice=tool_choice)
+
+    async def acomplete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: ToolChoice = "auto",
+    ) -> ModelResponse:
+        self._maybe_fail()
+        if isinstance(self.inner, AsyncChatModel):
+            return await self.inner.acomplete(
+                messages, tools, notice=notice, tool_choice=tool_choice
+            )
+        return self.inner.complete(messages, tools, notice=notice, tool_choice=tool_choice)
+
+
+# -- a scripted agent policy ------------------------------------------------------------
+MistakeStyle = Literal["invalid_json", "unknown_tool", "bad_arguments"]
+
+
+class MistakeThenRecover:
+    """A seeded scripted agent: follows a plan of tool calls, slipping up now and then.
+
+    On each turn it makes the next planned call that has not yet succeeded
+    (it reads progress from the conversation, so retries and re-asks are
+    harmless). With probability ``mistake_rate`` (drawn from ``seed`` and the
+    turn's position, so runs are reproducible) it makes a mistake instead,
+    of a style drawn from ``styles``; the turn after a mistake is always
+    correct, so every mistake is followed by a recovery. When the plan is
+    done, or on a turn with ``tool_choice="none"`` (the grace turn), it
+    answers ``answer`` (a best-effort answer carries the ``partial_prefix``).
+
+    Use as the script of a :class:`ScriptedModel`.
+
+    Raises:
+        ConfigError: ``mistake_rate`` outside [0, 1] or an unknown style.
+    """
+
+    def __init__(
+        self,
+        plan: Sequence[tuple[str, Mapping[str, Any]]],
+        answer: str,
+        *,
+        mistake_rate: float = 0.3,
+        seed: int = 0,
+        styles: Sequence[MistakeStyle] = ("invalid_json", "unknown_tool", "bad_arguments"),
+        partial_prefix: str = "Best effort: ",
+    ) -> None:
+        if not 0.0 <= mistake_rate <= 1.0:
+            raise ConfigError(f"mistake_rate must lie in [0, 1], got {mistake_rate!r}")
+        for style in styles:
+            if style not in ("invalid_json", "unknown_tool", "bad_arguments"):
+                raise ConfigError(f"unknown mistake style {style!r}")
+        if not styles:
+            raise ConfigError("styles must not be empty")
+        self.plan = tuple((name, dict(args)) for name, args in plan)
+        self.answer = answer
+        self.mistake_rate = mistake_rate
+        self.seed = seed
+        self.styles = tuple(styles)
+        self.partial_prefix = partial_prefix
+
+    def __call__(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        notice: str | None,
+        *,
+        tool_choice: ToolChoice = "auto",
+    ) -> ModelResponse:
+        done = sum(1 for m in messages if m.role == "tool" and not m.is_error)
+        if tool_choice == "none" or done >= len(self.plan):
+            prefix = "" if done >= len(self.plan) else self.partial_prefix
+            return final_answer(f"{prefix}{self.answer}")
+        position = sum(1 for m in messages if m.role == "assistant")
+        name, args = self.plan[done]
+        call_id = f"call_{position + 1}"
+        last_failed = bool(messages) and messages[-1].role == "tool" and messages[-1].is_error
+        rng = random.Random(f"{self.seed}:{position}")
+        if not last_failed and rng.random() < self.mistake_rate:
+            style = rng.choice(self.styles)
+            if style == "invalid_json":
+                bad = invalid_json_call(name, json.dumps(args)[:-1], id=call_id)
+            elif style == "unknown_tool":
+                bad = tool_call(f"{name}_v2", args, id=call_id)
+            else:
+                bad = tool_call(name, {"unexpected_argument": True}, id=call_id)
+            return tool_calls(bad)
+        return tool_calls(tool_call(name, args, id=call_id))
+
+
+# -- network guard ----------------------------------------------------------------------
+class NetworkBlockedError(BudgetmixError, ConnectionRefusedError):
+    """Something tried to reach a non-loopback host while :func:`block_network` was active."""
+
+
+def _is_loopback(address: Any) -> bool:
+    if isinstance(address, str | bytes):
+        return True  # a Unix socket path never leaves the machine
+    if not (isinstance(address, tuple) and address):
+        return False
+    host = str(address[0])
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False  # a host name: resolving it may already reach the network
+
+
+_guard_lock = threading.Lock()
+_guard_depth = 0
+
+
+@contextlib.contextmanager
+def block_network() -> Iterator[None]:
+    """Refuse every socket connection and name lookup that is not loopback, process-wide.
+
+    Tests and demos wrap themselves in it so that nothing can silently reach a
+    real model; loopback fake servers keep working. Re-entrant.
+
+    Raises:
+        NetworkBlockedError: (inside the block) a connection to a non-loopback
+            address or a lookup of a non-local host name.
+    """
+    global _guard_depth
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if not _is_loopback(address):
+            raise NetworkBlockedError(f"network access blocked: {address!r}")
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        if not _is_loopback(address):
+            raise NetworkBlockedError(f"network access blocked: {address!r}")
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not _is_loopback(
+            (host.decode() if isinstance(host, bytes) else str(host), 0)
+        ):
+            raise NetworkBlockedError(f"name lookup blocked: {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    with _guard_lock:
+        _guard_depth += 1
+        if _guard_depth == 1:
+            socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+            socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
+            socket.getaddrinfo = getaddrinfo
+    try:
+        yield
+    finally:
+        with _guard_lock:
+            _guard_depth -= 1
+            if _guard_depth == 0:
+                socket.socket.connect = real_connect  # type: ignore[method-assign]
+                socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]
+                socket.getaddrinfo = real_getaddrinfo
