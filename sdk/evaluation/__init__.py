@@ -20,6 +20,7 @@ from budgetmix.evaluation.agents import (
     ScriptedEnvAgent,
 )
 from budgetmix.evaluation.failures import FAILURE_CATEGORIES, classify_failure
+from budgetmix.evaluation.metrics import cost_at_success, success_at_cost, summarize
 from budgetmix.evaluation.passk import (
     PassKEstimate,
     PassKSummary,
@@ -30,6 +31,7 @@ from budgetmix.evaluation.passk import (
     pass_at_k_summary,
     wilson_interval,
 )
+from budgetmix.evaluation.report import build_report, compare_runs, markdown_report
 from budgetmix.evaluation.results import EpisodeRecord, ResultsWriter, read_results
 from budgetmix.evaluation.runner import EvalConfig, EvalRun, Evaluator, derive_seed
 
@@ -49,11 +51,17 @@ __all__ = [
     "ScriptedEnvAgent",
     "TaskCounts",
     "bootstrap_difference",
+    "build_report",
     "classify_failure",
+    "compare_runs",
+    "cost_at_success",
     "derive_seed",
+    "markdown_report",
     "pass_at_k",
     "pass_at_k_curve",
     "pass_at_k_summary",
     "read_results",
+    "success_at_cost",
+    "summarize",
     "wilson_interval",
 ]
