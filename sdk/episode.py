@@ -529,8 +529,22 @@ class Episode:
     def _provider_failure(self, turn: Turn, exc: BaseException) -> None:
         # record first: the mistake belongs to the turn that failed, not the one before
         self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=type(exc).__name__)
-        if not self.ledger.accounting.count_failed_requests:
+        # refund only a charge the turn holds: never twice, never for a grace turn
+        if turn._charged and not self.ledger.accounting.count_failed_requests:
             self.ledger.refund_turn()
+            turn._charged = False
+
+    def _charge_again(self, turn: Turn) -> None:
+        """Re-charge a turn whose failed request was refunded, before it is resent."""
+        if turn._charged or turn.grace:
+            return
+        blocked = self.ledger.try_charge_turn()
+        while blocked is not None:
+            if self._ask_extension(blocked) is None:
+                self._mark_exhausted(blocked)
+                raise self._exhausted_error(blocked)
+            blocked = self.ledger.try_charge_turn()
+        turn._charged = True
 
     def _on_retry(self, turn: Turn, attempt: int, exc: BaseException, delay: float) -> None:
         if self.ledger.accounting.count_retries:

@@ -8,7 +8,7 @@ context managers that end their span and record their outcome.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from budgetmix import semconv as sc
@@ -34,7 +34,7 @@ class Turn:
     """One charged model turn. ``notice`` is the text to inject (``None`` when the
     notice policy is silent this turn); ``grace`` marks the tool-less wrap-up turn."""
 
-    __slots__ = ("_ended", "_span", "episode", "grace", "model", "notice", "number")
+    __slots__ = ("_charged", "_ended", "_span", "episode", "grace", "model", "notice", "number")
 
     def __init__(
         self,
@@ -53,6 +53,9 @@ class Turn:
         self.grace = grace
         self._span = span
         self._ended = False
+        # whether this turn holds a charge in the ledger (grace turns never do; a
+        # request that failed after retries gives its charge back)
+        self._charged = not grace
 
     # -- notice injection (new lists; the caller's history is never touched) -------
     def openai_chat(self, messages: Sequence[Any]) -> list[Any]:
@@ -100,6 +103,13 @@ class Turn:
         if output_messages is not None:
             span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, json.dumps(output_messages, default=str))
 
+    def add_event(
+        self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None
+    ) -> None:
+        """Attach an event to the turn's span (e.g. ``budgetmix.usage_missing``)."""
+        if not self._ended and self._span.is_recording():
+            self._span.add_event(name, dict(attributes or {}))
+
     def failed(self, exc: BaseException) -> ProviderError:
         """Record a provider failure (after retries) and return the error to raise."""
         info = classify_exception(exc)
@@ -121,8 +131,12 @@ class Turn:
     # -- calling with retries --------------------------------------------------------
     def call(self, fn: Callable[[], T], *, sleep: Callable[[float], None] | None = None) -> T:
         """Call ``fn`` with the controller's retry policy; a final failure is recorded
-        as a ``provider_error`` mistake and raised as :class:`ProviderError`."""
+        as a ``provider_error`` mistake and raised as :class:`ProviderError`.
+
+        Calling again after such a failure charges the turn again first (the failed
+        request gave its turn back), so it may raise :class:`BudgetExhausted`."""
         ep = self.episode
+        ep._charge_again(self)
         kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
         try:
             return call_with_retry(
@@ -146,6 +160,7 @@ class Turn:
     ) -> T:
         """Async twin of :meth:`call`."""
         ep = self.episode
+        ep._charge_again(self)
         kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
         try:
             return await acall_with_retry(

@@ -264,3 +264,41 @@ def test_usage_must_be_non_negative_and_finite(bad: float) -> None:
         with pytest.raises(ConfigError):
             turn.usage(cost_usd=bad)
         assert ep.ledger.used("cost_usd") == 0
+
+
+def test_a_failed_request_refunds_its_turn_once() -> None:
+    """Calling a turn again after a final failure re-charges it first: the failed
+    request's refund never lets a later response go uncharged."""
+
+    def bad_request() -> None:
+        raise ValueError("400-shaped, not retried")
+
+    model = CountingModel()
+    c = BudgetController(Budget(turns=2), retry=RetryPolicy(max_attempts=1))
+    with c.episode() as ep:
+        ep.begin_turn().call(model)
+        turn = ep.begin_turn()
+        for _ in range(3):
+            with pytest.raises(ProviderError):
+                turn.call(bad_request)
+            assert ep.ledger.used("turns") == 1
+        assert turn.call(model) is not None  # charged again before it is sent
+        assert ep.ledger.used("turns") == 2
+        for t in ep.turns():
+            t.call(model)
+    assert model.calls == 2  # two responses under a two-turn budget
+    assert ep.result is not None and ep.result.used["turns"] == 2
+
+
+def test_a_failed_grace_turn_refunds_nothing() -> None:
+    c = BudgetController(Budget(turns=2), retry=RetryPolicy(max_attempts=1), exhaustion="grace")
+    with c.episode() as parent:
+        with parent.child(Budget(turns=1)) as child:
+            child.begin_turn()
+            grace = child.try_begin_turn()
+            assert grace is not None and grace.grace
+            with pytest.raises(ProviderError):
+                grace.call(lambda: (_ for _ in ()).throw(ValueError("down")))
+        # the child's one charged response stays charged, here and in the parent
+        assert child.ledger.used("turns") == 1
+        assert parent.ledger.used("turns") == 1
