@@ -100,9 +100,7 @@ class BudgetMix:
                 raise ConfigError(f"BudgetMix.fractions must lie in (0, 1], got {f!r}")
         w = tuple(float(x) for x in self.weights) if self.weights is not None else (1.0,) * len(fr)
         if len(w) != len(fr):
-            raise ConfigError(
-                f"BudgetMix.weights has {len(w)} entries for {len(fr)} fractions"
-            )
+            raise ConfigError(f"BudgetMix.weights has {len(w)} entries for {len(fr)} fractions")
         if any(not math.isfinite(x) or x < 0 for x in w) or sum(w) <= 0:
             raise ConfigError(f"BudgetMix.weights must be >= 0 and not all zero, got {w!r}")
         object.__setattr__(self, "fractions", fr)
@@ -120,7 +118,9 @@ class BudgetMix:
         u = rng.random()
         idx = next((i for i, c in enumerate(self._cum) if u < c), len(self._cum) - 1)
         f = self.fractions[idx]
-        return BudgetDraw(turns=self.turns_for(f), sampler="budgetmix", fraction=f, ceiling=self.ceiling)
+        return BudgetDraw(
+            turns=self.turns_for(f), sampler="budgetmix", fraction=f, ceiling=self.ceiling
+        )
 
     def support(self) -> tuple[int, ...]:
         return tuple(sorted({self.turns_for(f) for f in self.fractions}))

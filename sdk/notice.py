@@ -14,6 +14,8 @@ Format ``v1`` (default)::
 followed, for each other limited dimension, by `` Tool calls: 4 of 20 used.``
 and the like. Format ``v1-compact`` carries the same facts in fewer bytes
 (``[budget v1c] turn 3/10, 8 left``) for small models trained from scratch.
+Format ``v1-remaining-only`` states only what is left (``Budget (v1r): 8 turns
+left including this one.``), for ablations of whether the total matters.
 """
 
 from __future__ import annotations
@@ -79,10 +81,17 @@ def _render_v1_compact(state: LedgerState) -> str:
     return f"[budget v1c] turn {n}/{total}, {state.turns_remaining} left"
 
 
+def _render_v1_remaining_only(state: LedgerState) -> str:
+    if state.turns_remaining <= 1:
+        return "Budget (v1r): the final turn."
+    return f"Budget (v1r): {state.turns_remaining} turns left including this one."
+
+
 #: Registered formats: id -> pure renderer. Adding wording means adding an id.
 NOTICE_FORMATS: dict[str, Callable[[LedgerState], str]] = {
     "v1": _render_v1,
     "v1-compact": _render_v1_compact,
+    "v1-remaining-only": _render_v1_remaining_only,
 }
 
 
