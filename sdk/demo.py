@@ -19,10 +19,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from budgetmix.events import EpisodeStatus
 from rich.console import Console
 from rich.table import Table
-
-from budgetmix.events import EpisodeStatus
 
 __all__ = ["demo_main"]
 

@@ -72,7 +72,7 @@ def run_support_episodes(
         for seed in seeds:
             order = sorted(_ORDERS)[seed % len(_ORDERS)]
             sku = _ORDERS[order]
-            plan = [
+            plan: list[tuple[str, dict[str, object]]] = [
                 ("lookup_order", {"order_id": order}),
                 ("check_stock", {"sku": sku}),
                 ("delivery_days", {"sku": sku, "express": True}),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
@@ -178,12 +178,11 @@ class Episode:
         if self._exhausted is not None:
             return self._grace_turn(model) if self._grace_allowed() else None
         blocked = self.ledger.try_charge_turn()
-        while blocked is not None:
-            grant = self._ask_extension(blocked)
-            if grant is None:
-                self._mark_exhausted(blocked)
-                return self._grace_turn(model) if self._grace_allowed() else None
-            blocked = self.ledger.try_charge_turn()
+        if blocked is not None:
+            blocked = self._extend_and_retry(blocked, self.ledger.try_charge_turn)
+        if blocked is not None:
+            self._mark_exhausted(blocked)
+            return self._grace_turn(model) if self._grace_allowed() else None
         return self._open_turn(model, grace=False)
 
     def turns(self, *, model: str | None = None) -> Iterator[Turn]:
@@ -261,6 +260,19 @@ class Episode:
             self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": state.turns_remaining})
             call_hooks(self.controller.hooks, "on_budget_warning", self, state)
 
+    def _extend_and_retry(self, blocked: str, charge: Callable[[], str | None]) -> str | None:
+        """Ask the extension policy once per refusing dimension, retrying the charge
+        after each grant; returns what still refuses (a grant that does not unblock,
+        e.g. when a parent's limit refuses, must not loop forever)."""
+        asked: set[str] = set()
+        current: str | None = blocked
+        while current is not None and current not in asked:
+            asked.add(current)
+            if self._ask_extension(current) is None:
+                break
+            current = charge()
+        return current
+
     def _ask_extension(self, dimension: str) -> dict[str, float] | None:
         ext = self.controller.extension
         if ext is None:
@@ -288,8 +300,15 @@ class Episode:
         )
 
     def _wall_left(self) -> float | None:
-        lim = self.ledger.limit("wall_seconds")
-        return None if lim is None else max(0.0, lim - self.ledger.elapsed())
+        # the tightest wall budget up the chain: a sub-agent's retries must not
+        # sleep past its caller's deadline either
+        left: float | None = None
+        for node in self.ledger.chain():
+            lim = node.limit("wall_seconds")
+            if lim is not None:
+                rem = max(0.0, lim - node.elapsed())
+                left = rem if left is None else min(left, rem)
+        return left
 
     # -- tools -------------------------------------------------------------------------
     def tool_batch(
@@ -309,11 +328,13 @@ class Episode:
             # the grace turn is a tool-less wrap-up: its tool calls would need another turn
             raise self._exhausted_error(self._exhausted or "turns")
         blocked = self.ledger.try_charge_tool_batch(names)
-        while blocked is not None:
-            if self._ask_extension(blocked) is None:
-                self._mark_exhausted(blocked)
-                raise self._exhausted_error(blocked)
-            blocked = self.ledger.try_charge_tool_batch(names)
+        if blocked is not None:
+            blocked = self._extend_and_retry(
+                blocked, lambda: self.ledger.try_charge_tool_batch(names)
+            )
+        if blocked is not None:
+            self._mark_exhausted(blocked)
+            raise self._exhausted_error(blocked)
         parent = self._turn._span if self._turn is not None else self._span
         ctx = trace.set_span_in_context(parent)
         turn = self.turn_number
@@ -539,11 +560,11 @@ class Episode:
         if turn._charged or turn.grace:
             return
         blocked = self.ledger.try_charge_turn()
-        while blocked is not None:
-            if self._ask_extension(blocked) is None:
-                self._mark_exhausted(blocked)
-                raise self._exhausted_error(blocked)
-            blocked = self.ledger.try_charge_turn()
+        if blocked is not None:
+            blocked = self._extend_and_retry(blocked, self.ledger.try_charge_turn)
+        if blocked is not None:
+            self._mark_exhausted(blocked)
+            raise self._exhausted_error(blocked)
         turn._charged = True
 
     def _on_retry(self, turn: Turn, attempt: int, exc: BaseException, delay: float) -> None:
