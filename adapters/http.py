@@ -1,0 +1,563 @@
+"""Budgets at the HTTP layer: an httpx transport for any framework built on the SDKs.
+
+::
+
+    transport = AsyncBudgetTransport(None, controller)
+    client = openai.AsyncOpenAI(http_client=httpx.AsyncClient(transport=transport), max_retries=0)
+    # hand `client` to the OpenAI Agents SDK, Pydantic AI, ... - their code is unchanged
+
+For ``POST .../chat/completions``, ``.../responses`` (OpenAI and compatible
+servers: vLLM, Ollama, ...) and ``.../v1/messages`` (Anthropic) the transport
+charges a turn before forwarding, injects the budget notice into the JSON body,
+retries transient failures (429, 5xx, timeouts, resets) under the controller's
+retry policy without consuming turns, and reads usage, cost and tool-call
+mistakes from the JSON or server-sent-event response. Every other request
+passes through untouched. Works with ``httpx`` and ``httpx2`` clients alike
+(responses are built with the request's own library).
+
+A refused turn never reaches the network. By default it raises
+:class:`~budgetmix.BudgetExhausted` (or :class:`~budgetmix.EarlyStopped`) as a
+subclass that is also the SDK's base error, so the OpenAI and Anthropic clients
+propagate it as is instead of wrapping it in a connection error and retrying.
+With ``on_exhausted="respond"`` it answers with a synthetic final assistant
+message instead, which frameworks treat as the end of the run.
+
+Which episode is charged: an :class:`~budgetmix.Episode` target always; with a
+:class:`~budgetmix.BudgetController` target, its current episode if the request
+is made inside one, else an episode the transport opens per conversation
+(named by the ``x-budgetmix-conversation`` header, else by the conversation's
+opening messages) and closes with :meth:`BudgetTransport.finish`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import hashlib
+import json
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from types import ModuleType
+from typing import Any, Literal
+
+import httpx
+from budgetmix.adapters._wire import TurnRequest, WireKind, field, parse_response
+from budgetmix.adapters.openai import Target, resolve_episode
+from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
+from budgetmix.controller import BudgetController
+from budgetmix.episode import Episode
+from budgetmix.events import EpisodeResult
+from budgetmix.exceptions import BudgetExhausted, EarlyStopped, ProviderError
+
+__all__ = ["CONVERSATION_HEADER", "AsyncBudgetTransport", "BudgetTransport", "wire_kind"]
+
+#: Request header naming the conversation an owned episode belongs to.
+CONVERSATION_HEADER = "x-budgetmix-conversation"
+OnExhausted = Literal["raise", "respond"]
+
+
+def wire_kind(method: str, path: str) -> WireKind | None:
+    """Which budgeted endpoint a request hits, if any."""
+    if method.upper() != "POST":
+        return None
+    path = path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/responses"):
+        return "responses"
+    if path.endswith("/messages") and "/threads/" not in path:
+        return "anthropic"
+    return None
+
+
+def _lib(request: Any) -> ModuleType:
+    # httpx and httpx2 share one API; answer in the library the request came from
+    return sys.modules[type(request).__module__.split(".", 1)[0]]
+
+
+_SAFE_CLASSES: dict[tuple[type[Exception], ...], type[Exception]] = {}
+
+
+def _sdk_safe_class(
+    base: type[Exception], sdk_bases: tuple[type[Exception], ...]
+) -> type[Exception]:
+    key = (base, *sdk_bases)
+    cls = _SAFE_CLASSES.get(key)
+    if cls is None:
+        cls = _SAFE_CLASSES[key] = type(base.__name__, key, {"__module__": base.__module__})
+    return cls
+
+
+def _sdk_safe(exc: BudgetExhausted | EarlyStopped) -> Exception:
+    """The same stop, as a subclass of the loaded SDKs' base errors (never retried)."""
+    bases = tuple(
+        getattr(sys.modules[mod], name)
+        for mod, name in (("openai", "OpenAIError"), ("anthropic", "AnthropicError"))
+        if mod in sys.modules and hasattr(sys.modules[mod], name)
+    )
+    if not bases:
+        return exc
+    cls = _sdk_safe_class(type(exc), bases)
+    if isinstance(exc, BudgetExhausted):
+        return cls(exc.dimension, exc.used, exc.limits, exc.transcript, exc.episode_id)
+    return cls(exc.reason, exc.episode_id)
+
+
+class HTTPStatusFailure(Exception):
+    """An error-status response, raised so the retry policy can classify it."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+        self.status_code: int = response.status_code
+
+
+def _terminal_body(kind: WireKind, model: str, text: str) -> dict[str, Any]:
+    if kind == "chat":
+        message = {"role": "assistant", "content": text}
+        return {
+            "id": "chatcmpl-budgetmix",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+    if kind == "responses":
+        part = {"type": "output_text", "text": text, "annotations": []}
+        item = {"type": "message", "id": "msg_budgetmix", "status": "completed"}
+        usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+        return {
+            "id": "resp_budgetmix",
+            "object": "response",
+            "created_at": 0,
+            "status": "completed",
+            "model": model,
+            "output": [{**item, "role": "assistant", "content": [part]}],
+            "parallel_tool_calls": False,
+            "tool_choice": "none",
+            "tools": [],
+            "usage": {
+                **usage,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+    return {
+        "id": "msg_budgetmix",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }
+
+
+def _conversation_key(kind: WireKind, body: dict[str, Any]) -> str:
+    """A stable name for a conversation: its opening (system + first user) content."""
+    if kind == "responses":
+        raw = body.get("input")
+        first = raw if isinstance(raw, str) else (raw or [None])[0]
+        opening: Any = [body.get("instructions"), first]
+    else:
+        messages = list(body.get("messages") or [])
+        head: list[Any] = []
+        for m in messages:
+            head.append(m)
+            if field(m, "role") == "user":
+                break
+        opening = [body.get("system"), head]
+    return hashlib.sha256(json.dumps(opening, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
+
+
+class _SSETap:
+    """Parses server-sent events out of passing bytes and folds them into a turn."""
+
+    def __init__(self, req: TurnRequest) -> None:
+        self._req = req
+        self._acc = req.accumulator()
+        self._buf = b""
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk.replace(b"\r\n", b"\n")
+        while b"\n\n" in self._buf:
+            block, self._buf = self._buf.split(b"\n\n", 1)
+            data = b"\n".join(
+                line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")
+            )
+            if not data or data == b"[DONE]":
+                continue
+            try:
+                self._acc.feed(json.loads(data))
+            except ValueError:
+                continue  # not JSON: nothing for the budget in it
+
+    def finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._req.finish(self._acc.finish())
+
+    def failed(self, exc: BaseException) -> None:
+        if not self._done:
+            self._done = True
+            self._req.turn.failed(exc)
+
+
+@functools.cache
+def _tap_streams(lib: ModuleType) -> tuple[type[Any], type[Any]]:
+    class SyncTap(lib.SyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, tap: _SSETap) -> None:
+            self._inner, self._tap = inner, tap
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                for chunk in self._inner:
+                    self._tap.feed(chunk)
+                    yield chunk
+            except Exception as exc:
+                self._tap.failed(exc)
+                raise
+            self._tap.finish()
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._tap.finish()
+
+    class AsyncTap(lib.AsyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, tap: _SSETap) -> None:
+            self._inner, self._tap = inner, tap
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in self._inner:
+                    self._tap.feed(chunk)
+                    yield chunk
+            except Exception as exc:
+                self._tap.failed(exc)
+                raise
+            self._tap.finish()
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._tap.finish()
+
+    return SyncTap, AsyncTap
+
+
+class _Plan:
+    """A budgeted request ready to forward."""
+
+    __slots__ = ("kind", "lib", "outgoing", "req", "stream")
+
+    def __init__(self, lib: ModuleType, kind: WireKind, req: TurnRequest, outgoing: Any) -> None:
+        self.lib, self.kind, self.req, self.outgoing = lib, kind, req, outgoing
+        self.stream = req.body.get("stream") is True
+
+
+class _TransportCore:
+    """What the sync and async transports share; no I/O."""
+
+    def __init__(
+        self, target: Target, *, pricing: Pricing | None, on_exhausted: OnExhausted, sleep: Any
+    ) -> None:
+        if on_exhausted not in ("raise", "respond"):
+            raise ValueError(f"on_exhausted must be 'raise' or 'respond', got {on_exhausted!r}")
+        self.target = target
+        self.pricing = pricing if pricing is not None else DEFAULT_PRICING
+        self.on_exhausted: OnExhausted = on_exhausted
+        self.sleep = sleep
+        self.requests_forwarded = 0
+        self._owned: dict[str, tuple[Episode, contextvars.Context]] = {}
+        self._response_conversation: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- episodes ----------------------------------------------------------------------
+    def episode_for(self, request: Any, kind: WireKind, body: dict[str, Any]) -> Episode | None:
+        ep = resolve_episode(self.target)
+        if ep is not None or not isinstance(self.target, BudgetController):
+            return ep
+        key = request.headers.get(CONVERSATION_HEADER)
+        if not key:
+            prev = body.get("previous_response_id")
+            key = self._response_conversation.get(prev) if isinstance(prev, str) else None
+        key = key or _conversation_key(kind, body)
+        with self._lock:
+            found = self._owned.get(key)
+            if found is None:
+                ep = self.target.episode(metadata={"conversation": key})
+                # enter in a copy of the context: the caller's current episode stays as it was
+                ctx = contextvars.copy_context()
+                ctx.run(ep.__enter__)
+                found = self._owned[key] = (ep, ctx)
+        return found[0]
+
+    @property
+    def episodes(self) -> dict[str, Episode]:
+        """Episodes this transport opened, by conversation."""
+        return {k: ep for k, (ep, _) in self._owned.items()}
+
+    def finish(
+        self, conversation: str | None = None, *, success: bool = False
+    ) -> list[EpisodeResult]:
+        """Close owned episodes (one, or all) and return their results."""
+        with self._lock:
+            keys = [conversation] if conversation is not None else list(self._owned)
+            closing = [self._owned.pop(k) for k in keys if k in self._owned]
+        results: list[EpisodeResult] = []
+        for ep, ctx in closing:
+            if not ep.finished:
+                ctx.run(ep.finish, success)
+            ctx.run(ep.__exit__, None, None, None)
+            if ep.result is not None:
+                results.append(ep.result)
+        return results
+
+    # -- requests ----------------------------------------------------------------------
+    def plan(self, request: Any, raw_body: bytes) -> _Plan | Any | None:
+        """``None``: pass through; a response: answer without forwarding; else a plan."""
+        kind = wire_kind(request.method, request.url.path)
+        if kind is None:
+            return None
+        try:
+            body = json.loads(raw_body)
+        except ValueError:
+            return None
+        if not isinstance(body, dict):
+            return None
+        ep = self.episode_for(request, kind, body)
+        if ep is None:
+            return None
+        lib = _lib(request)
+        try:
+            req = TurnRequest(ep, kind, body, self.pricing)
+        except (BudgetExhausted, EarlyStopped) as exc:
+            if self.on_exhausted == "respond":
+                text = f"[budget: {exc}]"
+                payload = _terminal_body(kind, str(body.get("model") or ""), text)
+                return lib.Response(200, json=payload, request=request)
+            raise _sdk_safe(exc) from exc
+        out = req.body
+        if out.get("stream") is True and kind == "chat":
+            opts = out.get("stream_options")
+            out["stream_options"] = {
+                **(opts if isinstance(opts, dict) else {}),
+                "include_usage": True,
+            }
+        headers = [
+            (k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"
+        ]
+        if out.get("stream") is True:
+            # we read the event stream as it passes: ask for it uncompressed
+            headers = [(k, v) for k, v in headers if k.lower() != "accept-encoding"]
+            headers.append(("accept-encoding", "identity"))
+        outgoing = lib.Request(
+            request.method,
+            request.url,
+            headers=headers,
+            content=json.dumps(out).encode(),
+            extensions=request.extensions,
+        )
+        return _Plan(lib, kind, req, outgoing)
+
+    def check(self, response: Any) -> Any:
+        """Raise error statuses into the retry loop (body already read)."""
+        if response.status_code >= 400:
+            raise HTTPStatusFailure(response)
+        return response
+
+    def failed(self, plan: _Plan, exc: ProviderError) -> Any:
+        """After the retries: the provider's own error response, or its exception."""
+        cause = exc.__cause__
+        if isinstance(cause, HTTPStatusFailure):
+            return self._rebuild(plan, cause.response, cause.response.content)
+        if cause is not None:
+            raise cause
+        raise exc
+
+    def _rebuild(self, plan: _Plan, response: Any, content: bytes) -> Any:
+        skip = {"content-encoding", "content-length", "transfer-encoding"}
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in skip]
+        return plan.lib.Response(
+            response.status_code,
+            headers=headers,
+            content=content,
+            request=plan.outgoing,
+            extensions=response.extensions,
+        )
+
+    def finish_json(self, plan: _Plan, response: Any, content: bytes) -> Any:
+        try:
+            data = json.loads(content)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            parsed = parse_response(plan.kind, data)
+            rid = data.get("id")
+            if plan.kind == "responses" and isinstance(rid, str):
+                conv = plan.req.episode.metadata.get("conversation")
+                if isinstance(conv, str):
+                    self._response_conversation[rid] = conv
+        else:
+            parsed = parse_response(plan.kind, {})
+        plan.req.finish(parsed)
+        return self._rebuild(plan, response, content)
+
+    def is_sse(self, plan: _Plan, response: Any) -> bool:
+        ctype = str(response.headers.get("content-type", ""))
+        return plan.stream or ctype.startswith("text/event-stream")
+
+    def tapped(self, plan: _Plan, response: Any, *, is_async: bool) -> Any:
+        sync_tap, async_tap = _tap_streams(plan.lib)
+        cls = async_tap if is_async else sync_tap
+        headers = [
+            (k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"
+        ]
+        return plan.lib.Response(
+            response.status_code,
+            headers=headers,
+            stream=cls(response.stream, _SSETap(plan.req)),
+            request=plan.outgoing,
+            extensions=response.extensions,
+        )
+
+
+class BudgetTransport(httpx.BaseTransport):
+    """Sync transport: ``httpx.Client(transport=BudgetTransport(None, controller))``.
+
+    Args:
+        inner: the transport that really sends (default: the library's ``HTTPTransport``).
+        target: an :class:`Episode`, a :class:`BudgetController`, or ``None`` (the current
+            episode only).
+        pricing: prices for cost (default :data:`DEFAULT_PRICING`).
+        on_exhausted: ``"raise"`` (an SDK-safe :class:`BudgetExhausted`) or ``"respond"``
+            (a synthetic final assistant message).
+        sleep: waits between retries (tests inject a recorder).
+    """
+
+    def __init__(
+        self,
+        inner: Any = None,
+        target: Target = None,
+        *,
+        pricing: Pricing | None = None,
+        on_exhausted: OnExhausted = "raise",
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self._inner = inner
+        self._core = _TransportCore(target, pricing=pricing, on_exhausted=on_exhausted, sleep=sleep)
+
+    @property
+    def episodes(self) -> dict[str, Episode]:
+        """Episodes this transport opened, by conversation."""
+        return self._core.episodes
+
+    def finish(
+        self, conversation: str | None = None, *, success: bool = False
+    ) -> list[EpisodeResult]:
+        """Close owned episodes (one, or all) and return their results."""
+        return self._core.finish(conversation, success=success)
+
+    def _transport(self, request: Any) -> Any:
+        if self._inner is None:
+            self._inner = _lib(request).HTTPTransport()
+        return self._inner
+
+    def handle_request(self, request: Any) -> Any:
+        """Budget a model request, or pass any other request through."""
+        inner = self._transport(request)
+        plan = self._core.plan(request, request.read())
+        if plan is None:
+            return inner.handle_request(request)
+        if not isinstance(plan, _Plan):
+            return plan
+        core = self._core
+
+        def send() -> Any:
+            core.requests_forwarded += 1
+            response = inner.handle_request(plan.outgoing)
+            if response.status_code >= 400:
+                response.read()
+            return core.check(response)
+
+        try:
+            response = plan.req.turn.call(send, sleep=core.sleep)
+        except ProviderError as exc:
+            return core.failed(plan, exc)
+        if core.is_sse(plan, response):
+            return core.tapped(plan, response, is_async=False)
+        return core.finish_json(plan, response, response.read())
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+
+
+class AsyncBudgetTransport(httpx.AsyncBaseTransport):
+    """Async twin of :class:`BudgetTransport`, for ``httpx.AsyncClient`` (and ``httpx2``)."""
+
+    def __init__(
+        self,
+        inner: Any = None,
+        target: Target = None,
+        *,
+        pricing: Pricing | None = None,
+        on_exhausted: OnExhausted = "raise",
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        self._inner = inner
+        self._core = _TransportCore(target, pricing=pricing, on_exhausted=on_exhausted, sleep=sleep)
+
+    @property
+    def episodes(self) -> dict[str, Episode]:
+        """Episodes this transport opened, by conversation."""
+        return self._core.episodes
+
+    def finish(
+        self, conversation: str | None = None, *, success: bool = False
+    ) -> list[EpisodeResult]:
+        """Close owned episodes (one, or all) and return their results."""
+        return self._core.finish(conversation, success=success)
+
+    def _transport(self, request: Any) -> Any:
+        if self._inner is None:
+            self._inner = _lib(request).AsyncHTTPTransport()
+        return self._inner
+
+    async def handle_async_request(self, request: Any) -> Any:
+        """Budget a model request, or pass any other request through."""
+        inner = self._transport(request)
+        plan = self._core.plan(request, await request.aread())
+        if plan is None:
+            return await inner.handle_async_request(request)
+        if not isinstance(plan, _Plan):
+            return plan
+        core = self._core
+
+        async def send() -> Any:
+            core.requests_forwarded += 1
+            response = await inner.handle_async_request(plan.outgoing)
+            if response.status_code >= 400:
+                await response.aread()
+            return core.check(response)
+
+        try:
+            response = await plan.req.turn.acall(send, sleep=core.sleep)
+        except ProviderError as exc:
+            return core.failed(plan, exc)
+        if core.is_sse(plan, response):
+            return core.tapped(plan, response, is_async=True)
+        return core.finish_json(plan, response, await response.aread())
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
