@@ -19,7 +19,7 @@ Adapters:
   environment's instructions as the system message, every observation as a user
   message, its own earlier actions as assistant messages, and the notice
   (ephemeral, injected by the model adapter); its reply text is the action.
-  Provider failures are retried with a :class:`~budgetmix.RetryPolicy`; the last
+  A model with ``acomplete`` is called asynchronously. Provider failures are retried with a :class:`~budgetmix.RetryPolicy`; the last
   one is raised as :class:`~budgetmix.ProviderError`, which the evaluator
   records as the episode's ``provider_error`` outcome.
 """
@@ -157,7 +157,7 @@ class ChatModelEnvAgent:
         self.max_history_turns = max_history_turns
         self._messages: list[ChatMessage] = []
         self._rng = random.Random(0)
-        if hasattr(model, "acomplete") and not hasattr(model, "complete"):
+        if hasattr(model, "acomplete"):  # async when possible: no thread per call
             self.act = self._act_async  # type: ignore[method-assign,assignment]
 
     def start(self, env: Environment, seed: int) -> None:
@@ -206,10 +206,12 @@ class ChatModelEnvAgent:
         request = self._request(observation)
         shown = notice if self.sees_budget else None
         acomplete: Callable[..., Awaitable[ModelResponse]] = self.model.acomplete  # type: ignore[union-attr]
+
+        async def once() -> ModelResponse:  # a coroutine function: tenacity awaits it
+            return await acomplete(request, (), notice=shown)
+
         try:
-            response = await acall_with_retry(
-                lambda: acomplete(request, (), notice=shown), self.retry, rng=self._rng
-            )
+            response = await acall_with_retry(once, self.retry, rng=self._rng)
         except ProviderError:
             raise
         except Exception as exc:

@@ -11,7 +11,9 @@ Confidence intervals (``level`` defaults to 95%):
 * **per task** — a Wilson score interval for the single-attempt rate ``p = c/n``,
   mapped through ``1 - (1 - p)^k`` (pass@k of ``k`` independent attempts at rate
   ``p``; the map is monotone, so the bounds carry over). For ``k = 1`` this is the
-  plain Wilson interval.
+  plain Wilson interval. The unbiased estimate can fall outside the mapped
+  interval (``n = k``, one success: the estimate is 1), so the interval is
+  widened to contain it.
 * **overall** (the mean over tasks) — a seeded percentile bootstrap over tasks:
   tasks are resampled with replacement and the mean of their per-task estimates
   is recomputed; with a single task the overall interval is the per-task one.
@@ -98,7 +100,9 @@ def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float,
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
 
 
 def task_interval(n: int, c: int, k: int, level: float = 0.95) -> tuple[float, float]:
@@ -253,6 +257,7 @@ def pass_at_k_summary(
         for k in range(1, top + 1):
             v = pass_at_k(t.n, t.c, k)
             lo, hi = task_interval(t.n, t.c, k, level)
+            lo, hi = min(lo, v), max(hi, v)  # the estimator may sit outside the mapped interval
             row.append(PassKEstimate(k, v, lo, hi, "wilson"))
             values[k].append(v)
         per_task[t.task_id] = tuple(row)

@@ -22,7 +22,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -88,7 +88,6 @@ class EpisodeRecord:
     derived: bool = False
     extrapolated: bool = False
     error: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -98,7 +97,6 @@ class EpisodeRecord:
         d = asdict(self)
         d["mistake_kinds"] = list(self.mistake_kinds)
         d["turns_to_recover"] = list(self.turns_to_recover)
-        d["extra"] = dict(self.extra)
         return d
 
     @classmethod
