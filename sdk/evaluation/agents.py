@@ -19,9 +19,10 @@ Adapters:
   environment's instructions as the system message, every observation as a user
   message, its own earlier actions as assistant messages, and the notice
   (ephemeral, injected by the model adapter); its reply text is the action.
-  A model with ``acomplete`` is called asynchronously. Provider failures are retried with a :class:`~budgetmix.RetryPolicy`; the last
-  one is raised as :class:`~budgetmix.ProviderError`, which the evaluator
-  records as the episode's ``provider_error`` outcome.
+  A model with ``acomplete`` is called asynchronously. Provider failures are
+  retried with a :class:`~budgetmix.RetryPolicy`; the last one is raised as
+  :class:`~budgetmix.ProviderError`, which the evaluator records as the
+  episode's ``provider_error`` outcome.
 """
 
 from __future__ import annotations
