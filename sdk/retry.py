@@ -222,5 +222,11 @@ async def acall_with_retry(
         rng=rng or random.Random(),
     )
     retrying = tenacity.AsyncRetrying(sleep=sleep, **kwargs)
-    result: T = await retrying(fn)
+
+    # tenacity awaits only what it recognises as a coroutine function; a lambda or
+    # bound method returning an awaitable would come back un-awaited (and unretried)
+    async def attempt() -> T:
+        return await fn()
+
+    result: T = await retrying(attempt)
     return result
