@@ -1,0 +1,410 @@
+"""Budgets for the Anthropic SDK: wrap the client you already use, keep your loop.
+
+::
+
+    client = budgeted(anthropic.Anthropic(), controller)
+    with controller.episode() as ep:
+        reply = client.messages.create(model="claude-sonnet-4-6", max_tokens=1024, messages=history)
+        with client.messages.stream(model=..., max_tokens=1024, messages=history) as stream:
+            final = stream.get_final_message()
+
+Inside an episode, ``messages.create`` (also ``stream=True``) and
+``messages.stream`` charge the turn before anything is sent (a refused turn
+raises :class:`~budgetmix.BudgetExhausted`), append the budget notice as a text
+block after the last user content (after its ``tool_result`` blocks, as the API
+requires), retry transient errors under the controller's retry policy (the
+SDK's own retries are off), and record usage, cost and mistakes: ``tool_use``
+blocks naming unknown tools or with input that does not match the tool's
+``input_schema``, and each ``tool_result`` with ``is_error: true`` the request
+carries (a ``tool_error``, recorded once per ``tool_use_id``, skipped when a
+mistake for that call was already recorded). Outside an episode the wrapper is
+transparent; every other attribute is the client's own.
+
+:class:`AnthropicChatModel` is the :class:`~budgetmix.adapters.base.ChatModel`
+for :func:`budgetmix.adapters.run_agent`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
+from budgetmix.adapters._wire import TurnRequest, field, parse_response
+from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
+from budgetmix.adapters.openai import Target, resolve_episode
+from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
+from budgetmix.exceptions import MissingExtraError
+from budgetmix.notice import with_notice_anthropic
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = [
+    "AnthropicChatModel",
+    "AsyncBudgetedAnthropic",
+    "BudgetedAnthropic",
+    "budgeted",
+]
+
+SyncSleep = Callable[[float], None]
+AsyncSleep = Callable[[float], Awaitable[None]]
+
+
+def _require_anthropic() -> Any:
+    try:
+        import anthropic
+    except ImportError as exc:  # pragma: no cover - exercised without the extra
+        raise MissingExtraError("anthropic", "anthropic") from exc
+    return anthropic
+
+
+class _Messages:
+    """``client.messages`` with budgeted ``create`` and ``stream``."""
+
+    def __init__(self, owner: _Wrapper, sdk: Any, raw: Any) -> None:
+        self._owner, self._sdk, self._raw = owner, sdk, raw
+
+    def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
+        ep = resolve_episode(self._owner._target)
+        if ep is None:
+            return None
+        return TurnRequest(ep, "anthropic", kwargs, self._owner._pricing)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sdk, name)
+
+
+class _SyncMessages(_Messages):
+    def create(self, **kwargs: Any) -> Any:
+        """The SDK's ``messages.create``, budgeted (see the module docstring).
+
+        Raises:
+            BudgetExhausted, EarlyStopped: the turn was refused; nothing was sent.
+            ConfigError: a cost limit is set and the model has no known price.
+            ProviderError: the call failed after retries.
+        """
+        req = self._start(kwargs)
+        if req is None:
+            return self._sdk.create(**kwargs)
+        body = req.body
+        result = req.turn.call(lambda: self._raw.create(**body), sleep=self._owner._sleep)
+        if body.get("stream") is True:
+            return RecordingStream(result, req)
+        req.finish(parse_response("anthropic", result))
+        return result
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's ``messages.stream`` helper, budgeted: the turn is charged when the
+        ``with`` block opens the stream; usage is recorded when it ends or closes."""
+        return _StreamManager(self, kwargs)
+
+
+class _AsyncMessages(_Messages):
+    async def create(self, **kwargs: Any) -> Any:
+        """The SDK's async ``messages.create``, budgeted."""
+        req = self._start(kwargs)
+        if req is None:
+            return await self._sdk.create(**kwargs)
+        body = req.body
+        result = await req.turn.acall(lambda: self._raw.create(**body), sleep=self._owner._sleep)
+        if body.get("stream") is True:
+            return AsyncRecordingStream(result, req)
+        req.finish(parse_response("anthropic", result))
+        return result
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's async ``messages.stream`` helper, budgeted (``async with``)."""
+        return _AsyncStreamManager(self, kwargs)
+
+
+class _StreamManager:
+    """Replaces ``MessageStreamManager``: opens a raw ``stream=True`` request under the
+    turn's retries and hands the SDK's own ``MessageStream`` a recording raw stream."""
+
+    def __init__(self, messages: _SyncMessages, kwargs: dict[str, Any]) -> None:
+        self._messages, self._kwargs = messages, kwargs
+        self._passthrough: Any = None
+        self._proxy: RecordingStream | None = None
+
+    def __enter__(self) -> Any:
+        m = self._messages
+        req = m._start(self._kwargs)
+        if req is None:
+            self._passthrough = m._sdk.stream(**self._kwargs)
+            return self._passthrough.__enter__()
+        body = {**req.body, "stream": True}
+        raw = req.turn.call(lambda: m._raw.create(**body), sleep=m._owner._sleep)
+        self._proxy = RecordingStream(raw, req)
+        from anthropic import NOT_GIVEN
+        from anthropic.lib.streaming import MessageStream
+
+        return MessageStream(self._proxy, NOT_GIVEN)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._passthrough is not None:
+            self._passthrough.__exit__(*exc)
+        elif self._proxy is not None:
+            self._proxy.close()
+
+
+class _AsyncStreamManager:
+    """Async twin of :class:`_StreamManager`."""
+
+    def __init__(self, messages: _AsyncMessages, kwargs: dict[str, Any]) -> None:
+        self._messages, self._kwargs = messages, kwargs
+        self._passthrough: Any = None
+        self._proxy: AsyncRecordingStream | None = None
+
+    async def __aenter__(self) -> Any:
+        m = self._messages
+        req = m._start(self._kwargs)
+        if req is None:
+            self._passthrough = m._sdk.stream(**self._kwargs)
+            return await self._passthrough.__aenter__()
+        body = {**req.body, "stream": True}
+        raw = await req.turn.acall(lambda: m._raw.create(**body), sleep=m._owner._sleep)
+        self._proxy = AsyncRecordingStream(raw, req)
+        from anthropic import NOT_GIVEN
+        from anthropic.lib.streaming import AsyncMessageStream
+
+        return AsyncMessageStream(self._proxy, NOT_GIVEN)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._passthrough is not None:
+            await self._passthrough.__aexit__(*exc)
+        elif self._proxy is not None:
+            await self._proxy.close()
+
+
+class _Wrapper:
+    _messages_cls: type[_Messages] = _Messages
+
+    def __init__(self, client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> None:
+        self._client = client
+        self._target = target
+        self._pricing = pricing if pricing is not None else DEFAULT_PRICING
+        self._sleep = sleep
+        # our RetryPolicy governs; SDK retries would hide failures and double the waiting
+        raw = client.with_options(max_retries=0)
+        self.messages = self._messages_cls(self, client.messages, raw.messages)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The client this wraps."""
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class BudgetedAnthropic(_Wrapper):
+    """An ``anthropic.Anthropic`` whose ``messages.create`` / ``messages.stream`` are
+    budgeted inside an episode. Build with :func:`budgeted`."""
+
+    _messages_cls = _SyncMessages
+
+
+class AsyncBudgetedAnthropic(_Wrapper):
+    """The ``anthropic.AsyncAnthropic`` twin of :class:`BudgetedAnthropic`."""
+
+    _messages_cls = _AsyncMessages
+
+
+@overload
+def budgeted(
+    client: anthropic.AsyncAnthropic,
+    target: Target = ...,
+    *,
+    pricing: Pricing | None = ...,
+    sleep: AsyncSleep | None = ...,
+) -> AsyncBudgetedAnthropic: ...
+@overload
+def budgeted(
+    client: anthropic.Anthropic,
+    target: Target = ...,
+    *,
+    pricing: Pricing | None = ...,
+    sleep: SyncSleep | None = ...,
+) -> BudgetedAnthropic: ...
+def budgeted(
+    client: anthropic.Anthropic | anthropic.AsyncAnthropic,
+    target: Target = None,
+    *,
+    pricing: Pricing | None = None,
+    sleep: SyncSleep | AsyncSleep | None = None,
+) -> BudgetedAnthropic | AsyncBudgetedAnthropic:
+    """Wrap an Anthropic client so calls inside an episode are budgeted.
+
+    Args:
+        client: an ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``.
+        target: the :class:`~budgetmix.Episode` to charge, a
+            :class:`~budgetmix.BudgetController` (its current episode), or ``None``.
+        pricing: prices for cost (default :data:`DEFAULT_PRICING`).
+        sleep: waits between retries (tests inject a recorder).
+
+    Raises:
+        MissingExtraError: ``anthropic`` is not installed.
+    """
+    sdk = _require_anthropic()
+    if isinstance(client, sdk.AsyncAnthropic):
+        return AsyncBudgetedAnthropic(client, target, pricing=pricing, sleep=sleep)
+    return BudgetedAnthropic(client, target, pricing=pricing, sleep=sleep)
+
+
+# -- ChatModel for the built-in loop ---------------------------------------------------
+def anthropic_messages(messages: Sequence[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Neutral messages -> (``system``, Anthropic ``messages``); consecutive tool results
+    share one user turn, as the API requires."""
+    system = [m.content for m in messages if m.role == "system"]
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id or "",
+                "content": m.content,
+                "is_error": m.is_error,
+            }
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+                last["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            for c in m.tool_calls:
+                try:
+                    args = json.loads(c.arguments or "{}")
+                except ValueError:
+                    args = {}  # the API only takes objects; the loop already flagged the call
+                if not isinstance(args, dict):
+                    args = {}
+                blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": args})
+            out.append({"role": "assistant", "content": blocks or ""})
+        else:
+            out.append({"role": "user", "content": m.content})
+    return ("\n\n".join(system) if system else None), out
+
+
+_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+}
+
+
+def anthropic_response(obj: Any) -> ModelResponse:
+    """An Anthropic ``Message`` -> :class:`ModelResponse`."""
+    text = ""
+    calls: list[ToolCallRequest] = []
+    for block in field(obj, "content", []):
+        kind = field(block, "type")
+        if kind == "text":
+            text += str(field(block, "text", ""))
+        elif kind == "tool_use":
+            calls.append(
+                ToolCallRequest(
+                    id=str(field(block, "id", "")),
+                    name=str(field(block, "name", "")),
+                    arguments=json.dumps(field(block, "input", {})),
+                )
+            )
+    usage = field(obj, "usage")
+    reason = _STOP.get(str(field(obj, "stop_reason", "end_turn")), "stop")
+    return ModelResponse(
+        text=text,
+        tool_calls=tuple(calls),
+        finish_reason="tool_calls" if calls and reason == "stop" else reason,
+        usage=Usage(int(field(usage, "input_tokens", 0)), int(field(usage, "output_tokens", 0)))
+        if usage is not None
+        else None,
+        model=field(obj, "model"),
+        raw=obj,
+    )
+
+
+class AnthropicChatModel:
+    """A :class:`~budgetmix.adapters.base.ChatModel` (and ``AsyncChatModel``) over Anthropic
+    Messages, for :func:`budgetmix.adapters.run_agent`. The loop charges turns and
+    retries; SDK errors propagate for its retry policy (the SDK's own retries are off).
+
+    Args:
+        client: an ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``.
+        model: the model name.
+        max_tokens: the required per-call output cap.
+        request_options: extra ``create`` arguments (``temperature``...).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        model: str,
+        *,
+        max_tokens: int = 1024,
+        provider_name: str = "anthropic",
+        request_options: dict[str, Any] | None = None,
+    ) -> None:
+        _require_anthropic()
+        self._client = client.with_options(max_retries=0)
+        self.model_name = model
+        self.provider_name = provider_name
+        self.max_tokens = max_tokens
+        self.request_options = dict(request_options or {})
+
+    def request_body(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> dict[str, Any]:
+        """The ``messages.create`` arguments for one call."""
+        system, wire = anthropic_messages(messages)
+        body: dict[str, Any] = {
+            "max_tokens": self.max_tokens,
+            **self.request_options,
+            "model": self.model_name,
+            "messages": with_notice_anthropic(wire, notice) if notice else wire,
+        }
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                for t in tools
+            ]
+            if tool_choice == "none":
+                body["tool_choice"] = {"type": "none"}
+        return body
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """One Messages call."""
+        body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
+        return anthropic_response(self._client.messages.create(**body))
+
+    async def acomplete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """One async Messages call (needs an ``AsyncAnthropic`` client)."""
+        body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
+        return anthropic_response(await self._client.messages.create(**body))
