@@ -19,7 +19,7 @@ Adapters:
   environment's instructions as the system message, every observation as a user
   message, its own earlier actions as assistant messages, and the notice
   (ephemeral, injected by the model adapter); its reply text is the action.
-  A model with ``acomplete`` is called asynchronously. Provider failures are
+  ``use_async`` selects ``acomplete`` over ``complete``. Provider failures are
   retried with a :class:`~budgetmix.RetryPolicy`; the last one is raised as
   :class:`~budgetmix.ProviderError`, which the evaluator records as the
   episode's ``provider_error`` outcome.
@@ -132,9 +132,12 @@ class ChatModelEnvAgent:
         retry: retry policy of provider calls.
         usd_per_mtok_in / usd_per_mtok_out: prices for the cost columns.
         max_history_turns: keep only the last N observation/action pairs (``None``: all).
+        use_async: call ``acomplete`` (default: only when the model has no ``complete``;
+            a model with both, like ``OpenAIChatModel``, needs the matching client).
 
     Raises:
-        ConfigError: ``model`` has neither ``complete`` nor ``acomplete``.
+        ConfigError: ``model`` has neither ``complete`` nor ``acomplete``, or
+            ``use_async`` without ``acomplete``.
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class ChatModelEnvAgent:
         usd_per_mtok_in: float = 0.0,
         usd_per_mtok_out: float = 0.0,
         max_history_turns: int | None = None,
+        use_async: bool | None = None,
     ) -> None:
         if not hasattr(model, "complete") and not hasattr(model, "acomplete"):
             raise ConfigError("model must have complete() or acomplete()")
@@ -158,7 +162,11 @@ class ChatModelEnvAgent:
         self.max_history_turns = max_history_turns
         self._messages: list[ChatMessage] = []
         self._rng = random.Random(0)
-        if hasattr(model, "acomplete"):  # async when possible: no thread per call
+        if use_async is None:
+            use_async = hasattr(model, "acomplete") and not hasattr(model, "complete")
+        if use_async and not hasattr(model, "acomplete"):
+            raise ConfigError("use_async=True needs a model with acomplete()")
+        if use_async:
             self.act = self._act_async  # type: ignore[method-assign,assignment]
 
     def start(self, env: Environment, seed: int) -> None:

@@ -223,10 +223,13 @@ class Evaluator:
         results_path: str | Path,
         *,
         on_record: Callable[[EpisodeRecord], None] | None = None,
+        on_plan: Callable[[int, int], None] | None = None,
         overwrite: bool = False,
     ) -> EvalRun:
         """Synchronous :meth:`arun` (starts its own event loop)."""
-        return asyncio.run(self.arun(results_path, on_record=on_record, overwrite=overwrite))
+        return asyncio.run(
+            self.arun(results_path, on_record=on_record, on_plan=on_plan, overwrite=overwrite)
+        )
 
     def plan(self, done: Mapping[tuple[str, int, int], object]) -> list[_Unit]:
         """The work still to do given the keys already in the results file."""
@@ -251,9 +254,13 @@ class Evaluator:
         results_path: str | Path,
         *,
         on_record: Callable[[EpisodeRecord], None] | None = None,
+        on_plan: Callable[[int, int], None] | None = None,
         overwrite: bool = False,
     ) -> EvalRun:
         """Run the missing part of the grid, appending records to ``results_path``.
+
+        ``on_plan(to_produce, skipped)`` is called once before any episode (record
+        counts); ``on_record(record)`` as each record is written.
 
         Raises:
             ConfigError: the results file belongs to another run identity.
@@ -269,6 +276,8 @@ class Evaluator:
         }
         skipped = sum(1 for k in writer.done if k in wanted)
         units = self.plan(writer.done)
+        if on_plan is not None:
+            on_plan(len(wanted) - skipped, skipped)
         counters = {"live": 0, "derived": 0, "steps": 0, "separate": 0}
         workers = min(cfg.concurrency, max(1, len(units)))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bm-eval")

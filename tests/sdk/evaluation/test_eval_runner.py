@@ -174,7 +174,7 @@ def test_chat_model_agent(tmp_path: Path, model_cls: type[FakeModel]) -> None:
     def factory() -> ChatModelEnvAgent:
         m = model_cls()
         models.append(m)
-        return ChatModelEnvAgent(m, usd_per_mtok_in=1e6, usd_per_mtok_out=0.0)
+        return ChatModelEnvAgent(m, usd_per_mtok_in=1e6, use_async=model_cls is AsyncFakeModel)
 
     class PlusEnv(LineEnv):
         def step(self, action: str) -> Any:
@@ -191,7 +191,7 @@ def test_chat_model_agent(tmp_path: Path, model_cls: type[FakeModel]) -> None:
     assert first[0][0].content == "Reach 2 with '+'."
     assert [m.role for m in second[0]] == ["system", "user", "assistant", "user"]
     assert first[1] == "Budget (v1): turn 1 of 4, 4 turns left including this one."
-    assert getattr(model, "async_calls", 2) == 2
+    assert getattr(model, "async_calls", 2) == 2  # the async model was called async
 
 
 def test_config_validation() -> None:

@@ -1,0 +1,373 @@
+"""``budgetmix eval`` and ``budgetmix report``: the command-line faces of the evaluator.
+
+``eval_main(argv)`` runs a Pass@(K,T) grid from a config file (JSON or TOML,
+keys as the long flags with ``_``) and/or flags (flags win), shows a progress
+bar, and writes into ``--out``: ``results.jsonl``, ``summary.json``,
+``report.md`` and the PNG plots. Rerunning the same command resumes an
+interrupted run and does no work for a finished one.
+
+Agents: ``random`` (budget-blind), ``oracle`` and ``noisy`` (the environment's
+scripted oracle, a noisy one with ``--noise``), ``local`` (a checkpoint directory
+through :class:`budgetmix.adapters.LocalChatModel`) and ``openai`` (any
+OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``).
+``--blind`` declares the agent budget-blind: no notice, no turns remaining, and
+prefix sharing.
+
+``report_main(argv)`` rebuilds the report from a results file, or compares two
+(``--compare``). Both return a process exit code: 0 ok, 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from budgetmix.evaluation.agents import AsyncEnvAgent, ChatModelEnvAgent, EnvAgent, ScriptedEnvAgent
+from budgetmix.evaluation.report import build_report, compare_runs
+from budgetmix.evaluation.results import EpisodeRecord
+from budgetmix.evaluation.runner import EvalConfig, Evaluator
+from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError
+from budgetmix.training.envs.base import Task
+
+__all__ = ["build_agent_factory", "build_tasks", "eval_main", "load_config", "report_main"]
+
+_AGENTS = ("random", "oracle", "noisy", "local", "openai")
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in str(text).replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="budgetmix eval",
+        description="Evaluate an agent on a Pass@(K,T) grid: every task x budget T x K samples.",
+    )
+    p.add_argument("--config", type=Path, help="JSON or TOML file with any of the options below")
+    p.add_argument("--env", help="environment: frozenlake, faulty_tools, humaneval")
+    p.add_argument("--env-kwargs", type=json.loads, help="environment arguments as JSON")
+    p.add_argument("--seeds", type=_ints, help="task seeds, e.g. 0,1,2 (default: 0..tasks-1)")
+    p.add_argument("--tasks", type=int, help="number of tasks when --seeds is not given")
+    p.add_argument("--budgets", type=_ints, help="turn budgets T, e.g. 4,8,16")
+    p.add_argument("-k", "--samples", type=int, help="K, attempts per (task, T)")
+    p.add_argument("--concurrency", type=int, help="episodes in flight (default 8)")
+    p.add_argument("--agent", choices=_AGENTS, help="which agent plays (default oracle)")
+    p.add_argument("--noise", type=float, help="mistake rate of noisy / invalid rate of random")
+    p.add_argument(
+        "--blind",
+        action="store_true",
+        default=None,
+        help="declare the agent budget-blind (no notice; prefix sharing)",
+    )
+    p.add_argument("--model", help="local checkpoint directory (agent local)")
+    p.add_argument("--base-url", help="OpenAI-compatible base URL (agent openai)")
+    p.add_argument("--model-name", help="model name sent to the server (agent openai)")
+    p.add_argument("--api-key-env", help="environment variable holding the API key")
+    p.add_argument("--temperature", type=float, help="sampling temperature for model agents")
+    p.add_argument("--max-new-tokens", type=int, help="generation cap per turn (agent local)")
+    p.add_argument("--notice", help="notice format: v1, v1-compact or none")
+    p.add_argument("--seed", type=int, help="base seed (default 0)")
+    p.add_argument(
+        "--env-seed-mode", choices=("task", "sample"), help="env reset seed per task or per sample"
+    )
+    p.add_argument("--training-ceiling", type=int, help="label budgets above it extrapolated")
+    p.add_argument("--fault-step", type=int, help="inject an environment failure at this step")
+    p.add_argument("--no-prefix-sharing", action="store_true", default=None)
+    p.add_argument(
+        "--on-error", choices=("raise", "record"), help="agent exceptions abort or count"
+    )
+    p.add_argument("--out", type=Path, help="output directory (default runs/eval)")
+    p.add_argument(
+        "--overwrite", action="store_true", default=None, help="start the results afresh"
+    )
+    p.add_argument("--no-plots", action="store_true", default=None)
+    p.add_argument("--no-progress", action="store_true", default=None)
+    p.add_argument("--n-boot", type=int, help="bootstrap resamples for intervals (default 1000)")
+    return p
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a JSON or TOML config (by suffix; ``-`` in keys becomes ``_``).
+
+    Raises:
+        ConfigError: unreadable file, bad syntax, or not a table/object.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"config {str(p)!r}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {str(p)!r}: expected a table/object at the top")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    cfg: dict[str, Any] = load_config(args.config) if args.config else {}
+    known = set(vars(args)) - {"config"}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ConfigError(f"config: unknown keys {unknown}")
+    for key, value in vars(args).items():
+        if key != "config" and value is not None:
+            cfg[key] = value
+    return cfg
+
+
+def build_tasks(env: str, env_kwargs: Mapping[str, Any], seeds: Sequence[int]) -> list[Task]:
+    """One task per seed; random FrozenLake maps get ``map_seed = seed`` (a map per task).
+
+    Raises:
+        ConfigError: unknown environment or bad arguments.
+    """
+    from budgetmix.training.envs import make_env
+
+    make_env(env, **env_kwargs)  # validate once, before any episode
+    tasks = []
+    for s in seeds:
+        kw = dict(env_kwargs)
+        if env == "frozenlake" and kw.get("map_name") == "random" and "map_seed" not in kw:
+            kw["map_seed"] = s
+        tasks.append(
+            Task(task_id=f"{env}-{s}", make_env=functools.partial(make_env, env, **kw), seed=s)
+        )
+    return tasks
+
+
+def _oracle(env: str) -> tuple[Any, bool]:
+    from budgetmix.training import envs
+
+    if env == "frozenlake":
+        return envs.FrozenLakeOracle(), True
+    if env == "faulty_tools":
+        return envs.FaultyToolsOracle(), False  # never reads its budget
+    if env == "humaneval":
+        return envs.HumanEvalOracle(), False
+    raise ConfigError(f"agent: no oracle for environment {env!r}")
+
+
+def build_agent_factory(
+    cfg: Mapping[str, Any],
+) -> tuple[Callable[[], EnvAgent | AsyncEnvAgent], dict[str, Any]]:
+    """The per-episode agent factory and the agent's identity (for the fingerprint).
+
+    Raises:
+        ConfigError: unknown agent or missing ``model`` / ``base_url``.
+        MissingExtraError: the model agent's dependencies are missing.
+    """
+    kind = cfg.get("agent", "oracle")
+    env = cfg["env"]
+    blind = bool(cfg.get("blind", False))
+    ident: dict[str, Any] = {"kind": kind, "blind": blind}
+    if kind in ("random", "oracle", "noisy"):
+        from budgetmix.training import envs
+
+        noise = float(cfg.get("noise", 0.2))
+        ident["noise"] = noise if kind != "oracle" else None
+
+        def scripted() -> EnvAgent:
+            if kind == "random":
+                return ScriptedEnvAgent(envs.RandomAgent(invalid_rate=noise), sees_budget=False)
+            oracle, aware = _oracle(env)
+            agent = oracle if kind == "oracle" else envs.NoisyOracle(oracle, mistake_rate=noise)
+            return ScriptedEnvAgent(agent, sees_budget=aware and not blind)
+
+        return scripted, ident
+    temperature = float(cfg.get("temperature", 0.0))
+    ident["temperature"] = temperature
+    if kind == "local":
+        if not cfg.get("model"):
+            raise ConfigError("model: a checkpoint directory is required for agent local")
+        from budgetmix.adapters.local import LocalChatModel
+
+        model = LocalChatModel.from_pretrained(
+            cfg["model"],
+            local_files_only=True,
+            temperature=temperature,
+            max_new_tokens=int(cfg.get("max_new_tokens", 64)),
+            seed=int(cfg.get("seed", 0)),
+        )
+        ident["model"] = str(cfg["model"])
+        return (lambda: ChatModelEnvAgent(model, sees_budget=not blind)), ident
+    if kind == "openai":
+        if not cfg.get("base_url") or not cfg.get("model_name"):
+            raise ConfigError("base_url and model_name are required for agent openai")
+        try:
+            import openai
+        except ImportError as exc:
+            raise MissingExtraError("openai", "openai") from exc
+        from budgetmix.adapters.openai import OpenAIChatModel
+
+        key = os.environ.get(str(cfg.get("api_key_env", "OPENAI_API_KEY")), "EMPTY")
+        client = openai.AsyncOpenAI(base_url=cfg["base_url"], api_key=key)
+        chat = OpenAIChatModel(
+            client,
+            cfg["model_name"],
+            provider_name="openai-compatible",
+            request_options={"temperature": temperature},
+        )
+        ident.update(base_url=cfg["base_url"], model=cfg["model_name"])
+        return (lambda: ChatModelEnvAgent(chat, sees_budget=not blind, use_async=True)), ident
+    raise ConfigError(f"agent: expected one of {', '.join(_AGENTS)}, got {kind!r}")
+
+
+def _progress(
+    enabled: bool,
+) -> tuple[Any, Callable[[int, int], None], Callable[[EpisodeRecord], None]]:
+    if not enabled:
+        return None, lambda total, skipped: None, lambda rec: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=False,
+    )
+    state: dict[str, Any] = {"id": None, "ok": 0}
+
+    def on_plan(total: int, skipped: int) -> None:
+        if skipped:
+            bar.console.print(f"resuming: {skipped} episodes already in the results file")
+        state["id"] = bar.add_task("episodes", total=total)
+
+    def on_record(rec: EpisodeRecord) -> None:
+        state["ok"] += int(rec.success)
+        bar.update(state["id"], advance=1, description=f"episodes ({state['ok']} solved)")
+
+    return bar, on_plan, on_record
+
+
+def eval_main(argv: list[str] | None = None) -> int:
+    """``budgetmix eval``: run the grid, write results, summary, markdown and plots."""
+    args = _parser().parse_args(argv)
+    try:
+        cfg = _settings(args)
+        for key in ("env", "budgets"):
+            if not cfg.get(key):
+                raise ConfigError(f"{key} is required (flag --{key} or the config file)")
+        env = str(cfg["env"])
+        env_kwargs = dict(cfg.get("env_kwargs") or {})
+        seeds = cfg.get("seeds") or list(range(int(cfg.get("tasks", 5))))
+        tasks = build_tasks(env, env_kwargs, seeds)
+        factory, agent_ident = build_agent_factory(cfg)
+        notice = cfg.get("notice", "v1")
+        fixed_map = env == "frozenlake"
+        config = EvalConfig(
+            budgets=tuple(cfg["budgets"]),
+            samples=int(cfg.get("samples", 1)),
+            concurrency=int(cfg.get("concurrency", 8)),
+            notice_format=None if notice in (None, "none") else str(notice),
+            seed=int(cfg.get("seed", 0)),
+            env_seed_mode=cfg.get("env_seed_mode", "sample" if fixed_map else "task"),
+            training_ceiling=cfg.get("training_ceiling"),
+            fault_step=cfg.get("fault_step"),
+            prefix_sharing=not cfg.get("no_prefix_sharing", False),
+            on_error=cfg.get("on_error", "raise"),
+            identity={"env": env, "env_kwargs": env_kwargs, "agent": agent_ident},
+        )
+        out = Path(cfg.get("out", "runs/eval"))
+        evaluator = Evaluator(factory, tasks, config)
+        bar, on_plan, on_record = _progress(not cfg.get("no_progress", False))
+        if bar is not None:
+            with bar:
+                run = evaluator.run(
+                    out / "results.jsonl",
+                    on_record=on_record,
+                    on_plan=on_plan,
+                    overwrite=bool(cfg.get("overwrite", False)),
+                )
+        else:
+            run = evaluator.run(out / "results.jsonl", overwrite=bool(cfg.get("overwrite", False)))
+        print(
+            f"{run.live_episodes} episodes run, {run.derived_records} derived by prefix sharing, "
+            f"{run.skipped} already done; {run.env_steps} env steps "
+            f"({run.env_steps_separate} without sharing) in {run.elapsed_s:.1f}s"
+        )
+        files = _report(
+            out / "results.jsonl",
+            out,
+            plots=not cfg.get("no_plots", False),
+            n_boot=int(cfg.get("n_boot", 1000)),
+        )
+    except (BudgetmixError, ValueError) as exc:
+        print(f"budgetmix eval: error: {exc}", file=sys.stderr)
+        return 2
+    print(files["markdown"].read_text().split("## Failure")[0].rstrip())
+    print("\nwrote: " + ", ".join(str(p) for p in files.values()))
+    return 0
+
+
+def _report(results: Path, out: Path, *, plots: bool, n_boot: int) -> dict[str, Path]:
+    try:
+        return build_report(results, out, plots=plots, n_boot=n_boot)
+    except MissingExtraError as exc:
+        print(f"plots skipped: {exc}", file=sys.stderr)
+        return {"summary": out / "summary.json", "markdown": out / "report.md"}
+
+
+def report_main(argv: list[str] | None = None) -> int:
+    """``budgetmix report``: rebuild a report from results, or compare two runs."""
+    p = argparse.ArgumentParser(
+        prog="budgetmix report",
+        description="Rebuild summary, markdown and plots from a results JSONL, or compare two.",
+    )
+    p.add_argument("results", type=Path, help="results.jsonl of a run")
+    p.add_argument("--compare", type=Path, help="a second results.jsonl (shown as b - a)")
+    p.add_argument("--labels", default="a,b", help="names of the two runs, e.g. fixed,budgetmix")
+    p.add_argument("-k", type=int, default=1, help="compare pass@k (default 1)")
+    p.add_argument("--out", type=Path, help="output directory (default: next to results)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--n-boot", type=int, default=1000)
+    args = p.parse_args(argv)
+    out = args.out or args.results.parent
+    try:
+        if args.compare is not None:
+            labels = tuple(args.labels.split(","))
+            if len(labels) != 2:
+                raise ConfigError(f"labels: expected two names, got {args.labels!r}")
+            try:
+                cmp = compare_runs(
+                    args.results,
+                    args.compare,
+                    out,
+                    (labels[0], labels[1]),
+                    k=args.k,
+                    plots=not args.no_plots,
+                    n_boot=args.n_boot,
+                )
+            except MissingExtraError as exc:
+                print(f"plots skipped: {exc}", file=sys.stderr)
+                cmp = compare_runs(
+                    args.results,
+                    args.compare,
+                    out,
+                    (labels[0], labels[1]),
+                    k=args.k,
+                    plots=False,
+                    n_boot=args.n_boot,
+                )
+            print((out / "comparison.md").read_text().rstrip())
+            print("\nwrote: " + ", ".join(cmp["files"].values()))
+            return 0
+        files = _report(args.results, out, plots=not args.no_plots, n_boot=args.n_boot)
+    except (BudgetmixError, ValueError) as exc:
+        print(f"budgetmix report: error: {exc}", file=sys.stderr)
+        return 2
+    print(files["markdown"].read_text().split("## Failure")[0].rstrip())
+    print("\nwrote: " + ", ".join(str(p) for p in files.values()))
+    return 0
