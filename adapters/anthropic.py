@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._wire import TurnRequest, field, parse_response
@@ -140,7 +140,8 @@ class _StreamManager:
         from anthropic import NOT_GIVEN
         from anthropic.lib.streaming import MessageStream
 
-        return MessageStream(self._proxy, NOT_GIVEN)
+        # the proxy quacks like the raw Stream it wraps (iteration, close, response)
+        return MessageStream(cast(Any, self._proxy), NOT_GIVEN)
 
     def __exit__(self, *exc: Any) -> None:
         if self._passthrough is not None:
@@ -169,7 +170,7 @@ class _AsyncStreamManager:
         from anthropic import NOT_GIVEN
         from anthropic.lib.streaming import AsyncMessageStream
 
-        return AsyncMessageStream(self._proxy, NOT_GIVEN)
+        return AsyncMessageStream(cast(Any, self._proxy), NOT_GIVEN)
 
     async def __aexit__(self, *exc: Any) -> None:
         if self._passthrough is not None:
