@@ -1,0 +1,27 @@
+"""Shared fixtures for training tests: a char tokenizer and a seeded tiny model (CPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+
+# Without the train extra the training tests are not collected (envs/ tests still are).
+_HAVE_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "accelerate"))
+collect_ignore_glob = [] if _HAVE_TRAIN else ["test_*.py"]
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    pytest.importorskip("transformers")
+    from budgetmix.training.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.fixture()
+def tiny_model(tokenizer: Any) -> Any:
+    from budgetmix.training.models import TinyModelSpec, build_tiny_model
+
+    return build_tiny_model(TinyModelSpec(), tokenizer, seed=0)

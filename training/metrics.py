@@ -1,0 +1,86 @@
+"""Rollout statistics for the metrics log: reward, success, turns, exhaustion, per budget T."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from budgetmix.training.rollout import Rollout
+
+__all__ = ["MetricsLog", "RolloutSummary", "summarize", "summary_of"]
+
+#: A rollout reduced to what the metrics need (small, JSON-able, gatherable across processes).
+RolloutSummary = dict[str, Any]
+
+
+def summary_of(r: Rollout) -> RolloutSummary:
+    return {
+        "budget": r.budget.turns,
+        "reward": r.reward,
+        "success": r.success,
+        "turns": r.num_turns,
+        "termination": r.termination,
+        "sampled_tokens": r.sampled_tokens,
+        "tokens": len(r.prompt_ids) + len(r.response_ids),
+        "drift": r.drift is not None,
+    }
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _block(rows: Sequence[RolloutSummary]) -> dict[str, float]:
+    return {
+        "n": float(len(rows)),
+        "reward": _mean([r["reward"] for r in rows]),
+        "success": _mean([float(r["success"]) for r in rows]),
+        "turns": _mean([r["turns"] for r in rows]),
+        "exhaustion_rate": _mean([float(r["termination"] == "budget_exhausted") for r in rows]),
+    }
+
+
+def summarize(rows: Sequence[RolloutSummary]) -> dict[str, Any]:
+    """Overall means plus ``per_budget[T]`` blocks and termination counts."""
+    out: dict[str, Any] = _block(rows)
+    out["sampled_tokens"] = sum(r["sampled_tokens"] for r in rows)
+    out["drift_count"] = sum(int(r["drift"]) for r in rows)
+    terms: dict[str, int] = {}
+    for r in rows:
+        terms[r["termination"]] = terms.get(r["termination"], 0) + 1
+    out["terminations"] = dict(sorted(terms.items()))
+    budgets = sorted({int(r["budget"]) for r in rows})
+    out["per_budget"] = {
+        str(t): _block([r for r in rows if int(r["budget"]) == t]) for t in budgets
+    }
+    return out
+
+
+class MetricsLog:
+    """Append-only JSONL log; on resume it is cut back to the checkpoint's step."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records of steps after ``step`` (written by a run killed after its checkpoint)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.read() if int(line["step"]) <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(dict(record)) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+
+    def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for r in records:
+            self.write(r)

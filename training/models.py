@@ -1,0 +1,142 @@
+"""Policy models: any local Hugging Face causal LM by path, or a tiny one built from a config.
+
+Nothing here downloads: ``from_pretrained`` is always called with
+``local_files_only=True``. Tiny models (a few layers, hidden size 64) are
+built from a transformers config and paired with the char-level tokenizer of
+:mod:`budgetmix.training.tokenizer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from budgetmix.exceptions import ConfigError
+from budgetmix.training._deps import require
+
+__all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained"]
+
+_ARCHS = ("llama", "qwen2")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TinyModelSpec:
+    """Shape of a tiny causal LM built from scratch.
+
+    Raises:
+        ConfigError: unknown ``arch`` or a non-positive size (message names the field).
+    """
+
+    arch: str = "llama"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    max_positions: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.arch not in _ARCHS:
+            raise ConfigError(f"TinyModelSpec.arch must be one of {_ARCHS}, got {self.arch!r}")
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "max_positions",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"TinyModelSpec.{name} must be an integer >= 1, got {value!r}")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                "TinyModelSpec.num_heads must divide hidden_size and be a multiple of num_kv_heads"
+            )
+
+
+def build_tiny_model(spec: TinyModelSpec, tokenizer: Any, *, seed: int = 0) -> Any:
+    """A randomly initialised causal LM of ``spec``'s shape for ``tokenizer``'s vocabulary.
+
+    Initialisation is seeded, so the same seed gives the same weights.
+
+    Raises:
+        MissingExtraError: torch/transformers are not installed.
+    """
+    require("torch")
+    require("transformers")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    common: dict[str, Any] = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "max_position_embeddings": spec.max_positions,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": None,
+        "tie_word_embeddings": True,
+    }
+    # Seed only model construction, restoring the caller's global RNG afterwards.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if spec.arch == "llama":
+            return LlamaForCausalLM(LlamaConfig(**common))
+        return Qwen2ForCausalLM(Qwen2Config(**common))
+
+
+def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a local directory; never downloads.
+
+    Raises:
+        ConfigError: ``path`` is not a directory, the tokenizer has no chat
+            template, or ``dtype`` is unknown.
+        MissingExtraError: torch/transformers are not installed.
+    """
+    require("torch")
+    require("transformers")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise ConfigError(f"model_path {str(path)!r} is not a local directory")
+    torch_dtype = {
+        "float32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+    }.get(dtype)
+    if torch_dtype is None:
+        raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"tokenizer at {str(path)!r} has no chat template")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), local_files_only=True, dtype=torch_dtype
+    )
+    return model, tokenizer
+
+
+def apply_lora(model: Any, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0) -> Any:
+    """Wrap ``model`` with LoRA adapters on its attention projections (peft).
+
+    Raises:
+        MissingExtraError: peft is not installed.
+    """
+    require("peft")
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, cfg)

@@ -1,0 +1,446 @@
+"""The training loop: SFT warm start on scripted demonstrations, then GRPO/RLOO with budget draws.
+
+Global steps ``0 .. sft_steps-1`` are SFT steps, the rest RL steps. Each RL
+step draws ``groups_per_step`` tasks (seeds) and, per group, one budget
+(``group_budgets="shared"``) or one per rollout (``"mixed"``) from the
+config's sampler, rolls out ``group_size`` episodes per task with the
+current policy, and takes ``ppo_epochs`` passes of clipped policy-gradient
+updates. Everything random is drawn from RNGs that the checkpoint saves, so
+``resume`` reproduces an uninterrupted run's metrics exactly.
+
+Data parallel: under ``accelerate launch`` every process rolls out its share
+of the groups (``group % world == rank``) and gradients are averaged by
+accelerate; the same command runs on one CPU or GPU.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from budgetmix.exceptions import ConfigError
+from budgetmix.policies.samplers import BudgetDraw
+from budgetmix.training.algorithms import (
+    group_advantages,
+    policy_loss,
+    sequence_batch,
+    sft_loss,
+    token_logprobs,
+)
+from budgetmix.training.chat import ChatCodec
+from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from budgetmix.training.config import TrainConfig
+from budgetmix.training.envs.base import Task
+from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
+from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
+from budgetmix.training.rollout import (
+    EpisodeSpec,
+    Rollout,
+    RolloutSettings,
+    TokenCheck,
+    run_rollouts,
+)
+from budgetmix.training.tasks import env_spec
+
+__all__ = ["TrainResult", "Trainer", "train"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """What a run produced: its metrics (one record per step) and where it wrote."""
+
+    output_dir: Path
+    steps_done: int
+    metrics: list[dict[str, Any]]
+    final_model_dir: Path | None
+    evaluation: dict[str, Any] = field(default_factory=dict)
+
+
+def build_policy(config: TrainConfig) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer."""
+    from budgetmix.training.models import (
+        TinyModelSpec,
+        apply_lora,
+        build_tiny_model,
+        load_pretrained,
+    )
+    from budgetmix.training.tokenizer import build_char_tokenizer
+
+    if config.model_path is not None:
+        model, tokenizer = load_pretrained(config.model_path, dtype=config.dtype)
+    else:
+        tokenizer = build_char_tokenizer()
+        spec = TinyModelSpec(
+            arch=config.arch,
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            num_kv_heads=config.num_kv_heads,
+            max_positions=max(2048, config.max_total_tokens),
+        )
+        model = build_tiny_model(spec, tokenizer, seed=config.seed)
+    if config.lora:
+        model = apply_lora(model, rank=config.lora_rank, alpha=2 * config.lora_rank)
+    return model, tokenizer
+
+
+class Trainer:
+    """One training run; :func:`train` is the usual entry point."""
+
+    def __init__(self, config: TrainConfig, *, accelerator: Any = None) -> None:
+        from accelerate import Accelerator
+
+        self.config = config
+        self.acc = accelerator if accelerator is not None else Accelerator()
+        self.world, self.rank = self.acc.num_processes, self.acc.process_index
+        for name in ("groups_per_step", "sft_batch"):
+            if getattr(config, name) % self.world:
+                raise ConfigError(
+                    f"TrainConfig.{name} must be divisible by the {self.world} processes"
+                )
+        self.out = Path(config.output_dir)
+        model, self.tokenizer = build_policy(config)
+        model.to(self.acc.device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.sft_lr, weight_decay=config.weight_decay)
+        self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        self.codec = ChatCodec(self.tokenizer)
+        self.env = env_spec(config.env)
+        self.sampler = config.budget_sampler()
+        self.rng = random.Random(config.seed)
+        self.sample_gen = torch.Generator().manual_seed(config.seed * 1000 + self.rank)
+        self.settings = RolloutSettings(
+            notice_format=config.notice_format,
+            max_new_tokens=config.max_new_tokens,
+            max_total_tokens=config.max_total_tokens,
+            token_check=cast(TokenCheck, config.token_check),
+        )
+        self.ref_model: Any = None
+        self.step = 0
+        self.log = MetricsLog(self.out / "metrics.jsonl")
+
+    # -- plumbing ------------------------------------------------------------------
+    @property
+    def policy(self) -> Any:
+        return self.acc.unwrap_model(self.model)
+
+    def _generator_states(self) -> dict[str, torch.Tensor]:
+        """Every process's sampling-generator state, collected on all processes."""
+        mine = (self.rank, self.sample_gen.get_state().tolist())
+        if self.world == 1:
+            states = [mine]
+        else:
+            from accelerate.utils import gather_object
+
+            states = list(gather_object([mine]))
+        return {f"sample.rank{r}": torch.tensor(s, dtype=torch.uint8) for r, s in states}
+
+    def _task(self, seed: int) -> Task:
+        return self.env.make_tasks([seed], self.config.env_kwargs)[0]
+
+    def _set_lr(self, base: float, phase_step: int) -> float:
+        warm = self.config.warmup_steps
+        lr = base * min(1.0, (phase_step + 1) / warm) if warm else base
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _gather(self, rows: list[RolloutSummary]) -> list[RolloutSummary]:
+        if self.world == 1:
+            return rows
+        from accelerate.utils import gather_object
+
+        return list(gather_object(rows))
+
+    def _model_generator(self) -> ModelGenerator:
+        return ModelGenerator(
+            self.policy,
+            eos_token_id=self.codec.eos_token_id,
+            pad_token_id=int(self.tokenizer.pad_token_id),
+            temperature=self.config.temperature,
+            batch_size=self.config.rollout_batch_size,
+            generator=self.sample_gen,
+        )
+
+    def _draw(self) -> BudgetDraw:
+        return self.sampler.sample(self.rng)
+
+    # -- checkpoints -----------------------------------------------------------------
+    def save(self) -> None:
+        states = self._generator_states()
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            save_checkpoint(
+                self.out / "checkpoint",
+                model=self.policy,
+                optimizer=self.optimizer,
+                rng=self.rng,
+                rng_tensors=states,
+                step=self.step,
+                scalars={"config": self.config.to_dict()},
+            )
+        self.acc.wait_for_everyone()
+
+    def resume(self) -> bool:
+        """Load ``<output_dir>/checkpoint`` if present; ``True`` when resumed.
+
+        Raises:
+            ConfigError: the checkpoint was written by a different config.
+        """
+        ckpt = latest_checkpoint(self.out)
+        if ckpt is None:
+            return False
+        state = load_checkpoint(ckpt, model=self.policy, optimizer=self.optimizer, rng=self.rng)
+        saved = dict(state.scalars.get("config", {}))
+        mine = self.config.to_dict()
+        diff = sorted(k for k in mine if k != "progress" and saved.get(k) != mine[k])
+        if diff:
+            raise ConfigError(f"resume: checkpoint config differs in {', '.join(diff)}")
+        key = f"sample.rank{self.rank}"
+        if key not in state.tensors:
+            raise ConfigError(f"resume: checkpoint has no sampler state for process {self.rank}")
+        self.sample_gen.set_state(state.tensors[key])
+        self.step = state.step
+        self.log.truncate_after(self.step - 1)
+        if self.step > self.config.sft_steps and self.config.kl_coef > 0:
+            self._load_reference()
+        return True
+
+    def _snapshot_reference(self) -> None:
+        import copy
+
+        from safetensors.torch import save_model
+
+        self.ref_model = copy.deepcopy(self.policy).eval()
+        if self.acc.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            save_model(self.ref_model, str(self.out / "reference.safetensors"))
+
+    def _load_reference(self) -> None:
+        import copy
+
+        from safetensors.torch import load_model
+
+        self.ref_model = copy.deepcopy(self.policy).eval()
+        load_model(self.ref_model, str(self.out / "reference.safetensors"))
+
+    # -- steps ------------------------------------------------------------------------
+    def _local(self, specs: Sequence[EpisodeSpec]) -> list[EpisodeSpec]:
+        return [s for s in specs if s.group % self.world == self.rank]
+
+    def _update(self, rollouts: list[Rollout], loss_fn: Any) -> dict[str, float]:
+        """One optimizer step per minibatch; returns mean loss statistics."""
+        size = self.config.minibatch_size
+        stats: dict[str, list[float]] = {}
+        for start in range(0, len(rollouts), size):
+            chunk = rollouts[start : start + size]
+            batch = sequence_batch(chunk, int(self.tokenizer.pad_token_id))
+            logp = token_logprobs(self.model, batch, temperature=self.config.temperature)
+            loss, extra = loss_fn(chunk, batch, logp, start)
+            self.acc.backward(loss)
+            if self.config.max_grad_norm:
+                self.acc.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            for k, v in {"loss": float(loss.detach()), **extra}.items():
+                stats.setdefault(k, []).append(v)
+        return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    def sft_step(self) -> dict[str, Any]:
+        """One supervised step on freshly generated scripted demonstrations."""
+        cfg = self.config
+        lr = self._set_lr(cfg.sft_lr, self.step)
+        agent_seed = self.rng.randrange(2**31)
+        specs = [
+            EpisodeSpec(
+                task=self._task(self.rng.randrange(cfg.num_train_seeds)),
+                budget=self._draw(),
+                group=i,
+            )
+            for i in range(cfg.sft_batch)
+        ]
+        agent = self.env.make_demo_agent(cfg.env_kwargs, cfg.sft_error_rate, agent_seed + self.rank)
+        demos = run_rollouts(
+            self._local(specs), ScriptedGenerator(agent, self.tokenizer), self.codec, self.settings
+        )
+
+        def loss_fn(chunk: list[Rollout], batch: Any, logp: torch.Tensor, start: int) -> Any:
+            mask = batch.loss_mask.to(logp.device)
+            return sft_loss(logp, mask), {}
+
+        stats = self._update(demos, loss_fn)
+        return {
+            "phase": "sft",
+            "lr": lr,
+            "sft_loss": stats["loss"],
+            **_prefixed("demo_", summarize(self._gather([summary_of(d) for d in demos]))),
+        }
+
+    def rl_step(self) -> dict[str, Any]:
+        """One GRPO/RLOO step: rollouts under drawn budgets, advantages, clipped updates."""
+        cfg = self.config
+        if self.step == cfg.sft_steps:
+            self.optimizer.state.clear()  # SFT moments do not belong to the RL objective
+            if cfg.kl_coef > 0:
+                self._snapshot_reference()
+        lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps)
+        specs: list[EpisodeSpec] = []
+        for g in range(cfg.groups_per_step):
+            task = self._task(self.rng.randrange(cfg.num_train_seeds))
+            shared = self._draw()
+            for _ in range(cfg.group_size):
+                budget = shared if cfg.group_budgets == "shared" else self._draw()
+                specs.append(EpisodeSpec(task=task, budget=budget, group=g))
+        t0 = time.perf_counter()
+        rollouts = run_rollouts(
+            self._local(specs), self._model_generator(), self.codec, self.settings
+        )
+        t_rollout = time.perf_counter() - t0
+        adv = group_advantages(
+            [r.reward for r in rollouts],
+            [r.group for r in rollouts],
+            estimator="rloo" if cfg.algorithm == "rloo" else "grpo",
+            scale_rewards=cfg.scale_rewards,
+        )
+        advantages = torch.tensor(adv, dtype=torch.float32)
+        old = self._frozen_logprobs(rollouts, self.policy)
+        ref = (
+            self._frozen_logprobs(rollouts, self.ref_model) if self.ref_model is not None else None
+        )
+
+        def loss_fn(chunk: list[Rollout], batch: Any, logp: torch.Tensor, start: int) -> Any:
+            dev = logp.device
+            sl = slice(start, start + len(chunk))
+            width = logp.shape[1]
+            out = policy_loss(
+                logp,
+                old[sl][:, :width].to(dev),
+                advantages[sl].to(dev),
+                batch.loss_mask.to(dev),
+                clip_eps=cfg.clip_eps,
+                clip_eps_high=cfg.clip_eps_high,
+                ref_logprobs=None if ref is None else ref[sl][:, :width].to(dev),
+                kl_coef=cfg.kl_coef,
+            )
+            return out.loss, {"kl": out.kl, "clip_fraction": out.clip_fraction}
+
+        t1 = time.perf_counter()
+        stats: dict[str, float] = {}
+        for _ in range(cfg.ppo_epochs):
+            stats = self._update(rollouts, loss_fn)
+        t_update = time.perf_counter() - t1
+        summary = summarize(self._gather([summary_of(r) for r in rollouts]))
+        return {
+            "phase": "rl",
+            "lr": lr,
+            **stats,
+            **summary,
+            "time_rollout_s": t_rollout,
+            "time_update_s": t_update,
+            "time_rollout_tokens_per_s": summary["sampled_tokens"] / max(t_rollout, 1e-9),
+        }
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, rollouts: list[Rollout], model: Any) -> torch.Tensor:
+        """Log-probs under ``model`` now, padded to the widest rollout (old/ref terms)."""
+        width = max(len(r.prompt_ids) + len(r.response_ids) for r in rollouts) - 1
+        out = torch.zeros((len(rollouts), width))
+        size = self.config.minibatch_size
+        for start in range(0, len(rollouts), size):
+            chunk = rollouts[start : start + size]
+            batch = sequence_batch(chunk, int(self.tokenizer.pad_token_id))
+            lp = token_logprobs(model, batch, temperature=self.config.temperature).cpu()
+            out[start : start + len(chunk), : lp.shape[1]] = lp
+        return out
+
+    # -- driver -----------------------------------------------------------------------
+    def run(self, *, stop_after: int | None = None) -> TrainResult:
+        """Train to the configured step count (or stop after ``stop_after`` steps, in tests)."""
+        from rich.progress import Progress
+
+        cfg = self.config
+        total = cfg.sft_steps + cfg.steps
+        self.model.train()
+        with Progress(disable=not (cfg.progress and self.acc.is_main_process)) as bar:
+            task = bar.add_task("train", total=total, completed=self.step)
+            while self.step < total:
+                if stop_after is not None and self.step >= stop_after:
+                    break
+                record = self.sft_step() if self.step < cfg.sft_steps else self.rl_step()
+                record = {"step": self.step, **record}
+                if self.acc.is_main_process:
+                    self.log.write(record)
+                self.step += 1
+                shown = " ".join(
+                    f"{k}={float(record[k]):.3f}"
+                    for k in ("sft_loss", "reward", "success")
+                    if k in record
+                )
+                bar.update(task, advance=1, description=f"{record['phase']} {shown}")
+                if self.step % cfg.save_every == 0 or self.step == total:
+                    self.save()
+        final = None
+        evaluation: dict[str, Any] = {}
+        if self.step >= total:
+            final = self._save_final()
+            if cfg.eval_episodes:
+                evaluation = self.evaluate(cfg.eval_episodes)
+        return TrainResult(self.out, self.step, self.log.read(), final, evaluation)
+
+    def _save_final(self) -> Path | None:
+        self.acc.wait_for_everyone()
+        if not self.acc.is_main_process:
+            return None
+        d = self.out / "final"
+        self.policy.save_pretrained(str(d), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(d))
+        return d
+
+    def evaluate(self, episodes_per_budget: int) -> dict[str, Any]:
+        """Success per budget of the sampler's support on held-out seeds (never trained on)."""
+        gen_state = self.sample_gen.get_state()
+        self.sample_gen.manual_seed(10**6 + self.config.seed)
+        seeds = range(
+            self.config.num_train_seeds, self.config.num_train_seeds + episodes_per_budget
+        )
+        specs = [
+            EpisodeSpec(task=self._task(s), budget=BudgetDraw(turns=t, sampler="eval"), group=i)
+            for t in self.sampler.support()
+            for i, s in enumerate(seeds)
+        ]
+        rollouts = run_rollouts(
+            self._local(specs), self._model_generator(), self.codec, self.settings
+        )
+        self.sample_gen.set_state(gen_state)
+        return summarize(self._gather([summary_of(r) for r in rollouts]))
+
+
+def _prefixed(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
+    keep = ("success", "turns", "exhaustion_rate")
+    return {prefix + k: data[k] for k in keep}
+
+
+def train(
+    config: TrainConfig, *, resume: bool = False, stop_after: int | None = None
+) -> TrainResult:
+    """Run (or, with ``resume``, continue) the training ``config`` describes.
+
+    ``stop_after`` ends the run after that many global steps without the final
+    save (to simulate a killed run in tests).
+
+    Raises:
+        ConfigError: an invalid config, or ``resume`` onto a checkpoint of another config.
+        MissingExtraError: torch/transformers/accelerate are not installed.
+    """
+    trainer = Trainer(config)
+    if resume:
+        trainer.resume()
+    elif trainer.acc.is_main_process and trainer.log.path.exists():
+        trainer.log.path.unlink()  # a fresh run starts a fresh log
+    trainer.acc.wait_for_everyone()
+    return trainer.run(stop_after=stop_after)
