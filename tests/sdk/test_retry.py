@@ -209,3 +209,15 @@ def test_each_retry_is_a_span_event(fake_clock: FakeClock, otel: Any) -> None:
         },
     ]
     assert ep.result is not None and ep.result.used["turns"] == 1
+
+
+def test_a_child_never_sleeps_past_its_parents_wall_budget(fake_clock: FakeClock) -> None:
+    policy = RetryPolicy(max_attempts=10, initial_delay=1.0, multiplier=2.0, jitter=0.0)
+    c = BudgetController(Budget(turns=5, wall_seconds=5), retry=policy, clock=fake_clock)
+    fn = Flaky(*[HTTPStatusError(503) for _ in range(10)])
+    with c.episode() as parent:
+        child = parent.child(Budget(turns=2, wall_seconds=100))
+        with child, pytest.raises(ProviderError):
+            child.begin_turn().call(fn, sleep=fake_clock.sleep)
+    # 1 + 2 = 3 s; waiting 4 s more would pass the parent's 5 s deadline
+    assert fake_clock.sleeps == [1.0, 2.0]
