@@ -1,0 +1,114 @@
+"""A thin adapter so TRL's ``GRPOTrainer`` trains on budgetmix's budget-aware multi-turn rollouts.
+
+TRL calls ``rollout_func(prompts, trainer)`` with the prompts of its batch,
+each repeated ``num_generations`` times in a row, and expects
+``prompt_ids``, ``completion_ids``, ``logprobs`` and optionally ``env_mask``
+(1 = model token, 0 = environment token), plus any extra fields, which it
+forwards to the reward functions. Our :class:`~budgetmix.training.rollout.Rollout`
+maps one to one: ``completion_ids = response_ids``, ``env_mask = response_mask``.
+
+Each dataset prompt is a task id (``{"prompt": "echo-17"}``); the adapter
+looks the task up, draws the budget from the sampler (one per group of
+identical consecutive prompts with ``group_budgets="shared"``), rolls out with
+the trainer's current model, and returns the budget-aware reward (0 when
+the budget ran out) in the ``budget_reward`` field that :func:`budget_reward`
+hands back to TRL.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from budgetmix.exceptions import ConfigError
+from budgetmix.policies.samplers import BudgetSampler
+from budgetmix.training.chat import ChatCodec
+from budgetmix.training.envs.base import Task
+from budgetmix.training.generation import ModelGenerator, TokenGenerator
+from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
+
+__all__ = ["budget_reward", "make_rollout_func", "rollout_fields"]
+
+
+def rollout_fields(rollouts: Sequence[Rollout]) -> dict[str, list[Any]]:
+    """The record as TRL's ``rollout_func`` returns it (also verl's agent-loop fields)."""
+    return {
+        "prompt_ids": [list(r.prompt_ids) for r in rollouts],
+        "completion_ids": [list(r.response_ids) for r in rollouts],
+        "logprobs": [list(r.logprobs) for r in rollouts],
+        "env_mask": [list(r.response_mask) for r in rollouts],
+        "budget_reward": [r.reward for r in rollouts],
+        "budget_turns": [r.budget.turns for r in rollouts],
+        "num_turns": [r.num_turns for r in rollouts],
+        "termination": [r.termination for r in rollouts],
+    }
+
+
+def budget_reward(
+    completions: Sequence[Any], budget_reward: Sequence[float], **_: Any
+) -> list[float]:
+    """A TRL reward function returning the rollout's budget-aware reward unchanged."""
+    return [float(r) for r in budget_reward]
+
+
+def make_rollout_func(
+    tasks: Mapping[str, Task] | Sequence[Task],
+    sampler: BudgetSampler,
+    tokenizer: Any,
+    *,
+    settings: RolloutSettings | None = None,
+    group_budgets: str = "shared",
+    seed: int = 0,
+    temperature: float = 1.0,
+    generator_factory: Callable[[Any], TokenGenerator] | None = None,
+) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
+    """Build a ``rollout_func`` for ``trl.GRPOTrainer(rollout_func=...)``.
+
+    ``generator_factory(model)`` replaces sampling from the trainer's model
+    (e.g. a :class:`~budgetmix.training.generation.ScriptedGenerator` in tests).
+
+    Raises:
+        ConfigError: ``group_budgets`` is not shared/mixed; at call time, a prompt
+            that names no known task.
+    """
+    if group_budgets not in ("shared", "mixed"):
+        raise ConfigError(f"group_budgets must be shared or mixed, got {group_budgets!r}")
+    by_id = dict(tasks) if isinstance(tasks, Mapping) else {t.task_id: t for t in tasks}
+    codec = ChatCodec(tokenizer)
+    rollout_settings = settings or RolloutSettings()
+    rng = random.Random(seed)
+    sample_gen = torch.Generator().manual_seed(seed)
+
+    def task_of(prompt: Any) -> Task:
+        key = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+        if key not in by_id:
+            raise ConfigError(f"rollout_func: prompt {key!r} names no known task")
+        return by_id[key]
+
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        specs: list[EpisodeSpec] = []
+        group, previous, draw = -1, None, None
+        for prompt in prompts:
+            task = task_of(prompt)
+            if task.task_id != previous:  # TRL repeats each prompt num_generations times in a row
+                group, previous, draw = group + 1, task.task_id, sampler.sample(rng)
+            budget = draw if group_budgets == "shared" else sampler.sample(rng)
+            assert budget is not None
+            specs.append(EpisodeSpec(task=task, budget=budget, group=group))
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if generator_factory is not None:
+            return rollout_fields(
+                run_rollouts(specs, generator_factory(model), codec, rollout_settings)
+            )
+        gen = ModelGenerator(
+            model,
+            eos_token_id=codec.eos_token_id,
+            pad_token_id=int(tokenizer.pad_token_id),
+            temperature=temperature,
+            generator=sample_gen,
+        )
+        return rollout_fields(run_rollouts(specs, gen, codec, rollout_settings))
+
+    return rollout_func
