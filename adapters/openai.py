@@ -18,6 +18,10 @@ is a ``provider_error`` mistake and :class:`~budgetmix.ProviderError` raised
 ``from`` the SDK's exception. Outside an episode the wrapper is transparent;
 every other attribute is the client's own.
 
+Tool-call mistakes are recorded with their call ids when the response arrives
+(``{m.call_id for m in ep.mistakes}``): answer such calls with an error rather
+than recording them again through ``ep.tool_call(...).fail``.
+
 :class:`OpenAIChatModel` is the :class:`~budgetmix.adapters.base.ChatModel`
 for :func:`budgetmix.adapters.run_agent` (the loop charges turns itself).
 """
