@@ -19,6 +19,7 @@ from budgetmix.evaluation.agents import (
     EnvAgent,
     ScriptedEnvAgent,
 )
+from budgetmix.evaluation.cli import eval_main, report_main
 from budgetmix.evaluation.failures import FAILURE_CATEGORIES, classify_failure
 from budgetmix.evaluation.metrics import cost_at_success, success_at_cost, summarize
 from budgetmix.evaluation.passk import (
@@ -56,11 +57,13 @@ __all__ = [
     "compare_runs",
     "cost_at_success",
     "derive_seed",
+    "eval_main",
     "markdown_report",
     "pass_at_k",
     "pass_at_k_curve",
     "pass_at_k_summary",
     "read_results",
+    "report_main",
     "success_at_cost",
     "summarize",
     "wilson_interval",

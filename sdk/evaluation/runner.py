@@ -58,6 +58,7 @@ from budgetmix.evaluation.trajectory import (
 from budgetmix.exceptions import ConfigError, ProviderError
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
 from budgetmix.training.envs.base import Environment, Task
+from opentelemetry import metrics, trace
 
 __all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "derive_seed"]
 
@@ -214,7 +215,14 @@ class Evaluator:
             else _EveryTurn(config.notice_format)
         )
         self._controller = BudgetController(Budget(turns=1), name="eval", notice=notice)
-        self._replayer = BudgetController(Budget(turns=1), name="replay", notice=_SilentNotice())
+        # derived episodes are bookkeeping, not agent runs: keep them out of traces and metrics
+        self._replayer = BudgetController(
+            Budget(turns=1),
+            name="replay",
+            notice=_SilentNotice(),
+            tracer_provider=trace.NoOpTracerProvider(),
+            meter_provider=metrics.NoOpMeterProvider(),
+        )
         self._pool: ThreadPoolExecutor | None = None
 
     # -- public ------------------------------------------------------------------------
