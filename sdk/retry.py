@@ -192,6 +192,21 @@ def call_with_retry(
     rng: random.Random | None = None,
 ) -> T:
     """Call ``fn`` and retry transient failures; the last exception propagates."""
+    # fast path: a call that succeeds (or fails for good) never builds the retry machinery
+    try:
+        return fn()
+    except Exception as exc:
+        if policy.max_attempts == 1 or not classifier(exc).transient:
+            raise
+        first: BaseException | None = exc
+
+    def attempt() -> T:
+        nonlocal first
+        if first is not None:  # attempt 1 is the failure above, so counts stay exact
+            failed, first = first, None
+            raise failed
+        return fn()
+
     kwargs = _retrying_kwargs(
         policy,
         wall_left=wall_left,
@@ -200,7 +215,7 @@ def call_with_retry(
         rng=rng or random.Random(),
     )
     retrying = tenacity.Retrying(sleep=sleep, **kwargs)
-    return retrying(fn)
+    return retrying(attempt)
 
 
 async def acall_with_retry(
@@ -214,6 +229,13 @@ async def acall_with_retry(
     rng: random.Random | None = None,
 ) -> T:
     """Async twin of :func:`call_with_retry` over the same decision code."""
+    try:
+        return await fn()
+    except Exception as exc:
+        if policy.max_attempts == 1 or not classifier(exc).transient:
+            raise
+        first: BaseException | None = exc
+
     kwargs = _retrying_kwargs(
         policy,
         wall_left=wall_left,
@@ -226,6 +248,10 @@ async def acall_with_retry(
     # tenacity awaits only what it recognises as a coroutine function; a lambda or
     # bound method returning an awaitable would come back un-awaited (and unretried)
     async def attempt() -> T:
+        nonlocal first
+        if first is not None:
+            failed, first = first, None
+            raise failed
         return await fn()
 
     result: T = await retrying(attempt)
