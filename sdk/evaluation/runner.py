@@ -55,8 +55,10 @@ from budgetmix.evaluation.trajectory import (
     record_usage,
     replay,
 )
+from budgetmix.events import EpisodeResult
 from budgetmix.exceptions import ConfigError, ProviderError
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
+from budgetmix.policy import EveryTurnNotice
 from budgetmix.training.envs.base import Environment, Task
 from opentelemetry import metrics, trace
 
@@ -212,7 +214,7 @@ class Evaluator:
         notice = (
             _SilentNotice()
             if config.notice_format is None or not self.sees_budget
-            else _EveryTurn(config.notice_format)
+            else EveryTurnNotice(config.notice_format)
         )
         self._controller = BudgetController(Budget(turns=1), name="eval", notice=notice)
         # derived episodes are bookkeeping, not agent runs: keep them out of traces and metrics
@@ -411,15 +413,11 @@ class Evaluator:
             return await self._call(fn, *args)
         return fn(*args)
 
-    async def _play(self, task: Task, key: EpisodeKey, budget: int) -> tuple[Trajectory, Any]:
+    async def _play(
+        self, task: Task, key: EpisodeKey, budget: int
+    ) -> tuple[Trajectory, EpisodeResult]:
         blind = not self.sees_budget
-        traj = Trajectory()
-        t0 = time.perf_counter()
-        agent = self.agent_factory()
-        env = self._make_env(task)
-        obs = await self._env(env.reset, key.env_seed)
-        await self._env(agent.start, env, key.seed)
-        traj.setup_s = time.perf_counter() - t0
+        traj = Trajectory(in_setup=True)
         ep = self._controller.episode(
             name=f"eval {task.task_id}",
             budget=Budget(turns=budget),
@@ -427,6 +425,13 @@ class Evaluator:
         )
         with ep:
             try:
+                t0 = time.perf_counter()
+                agent = self.agent_factory()
+                env = self._make_env(task)
+                obs = await self._env(env.reset, key.env_seed)
+                await self._env(agent.start, env, key.seed)
+                traj.setup_s = time.perf_counter() - t0
+                traj.in_setup = False
                 while True:
                     turn = ep.try_begin_turn()
                     if turn is None:
@@ -465,12 +470,5 @@ class Evaluator:
                     raise
                 traj.exception, traj.error = "error", f"{type(exc).__name__}: {exc}"[:500]
                 apply_exception(ep, "error", traj.error)
+        assert ep.result is not None
         return traj, ep.result
-
-
-@dataclass(frozen=True, slots=True)
-class _EveryTurn:
-    format: str
-
-    def should_notify(self, state: object) -> bool:
-        return True

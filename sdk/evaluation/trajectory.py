@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from budgetmix.budget import Budget
 from budgetmix.evaluation.failures import classify_failure
 from budgetmix.evaluation.results import EpisodeRecord
-from budgetmix.events import EpisodeResult, MistakeKind
+from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
 
 if TYPE_CHECKING:
     from budgetmix.controller import BudgetController
@@ -67,6 +67,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     exception: str | None = None  # "provider_error" | "error"
     error: str | None = None
+    in_setup: bool = False  # raised by env.reset / agent.start, before any turn
     setup_s: float = 0.0
 
 
@@ -111,6 +112,9 @@ def replay(
     """Re-run ``traj`` under ``budget`` turns; returns the result and the steps used."""
     used = 0
     with controller.episode(name="replay", budget=Budget(turns=budget)) as ep:
+        if traj.in_setup and traj.exception is not None:
+            apply_exception(ep, traj.exception, traj.error)
+            return _done(ep), 0
         for step in traj.steps:
             turn = ep.try_begin_turn()
             if turn is None:
@@ -126,8 +130,13 @@ def replay(
                     apply_exception(ep, traj.exception, traj.error)
             else:
                 ep.try_begin_turn()  # the budget refuses the next turn: exhausted
-    assert ep.result is not None
-    return ep.result, used
+    return _done(ep), used
+
+
+def _done(ep: Episode) -> EpisodeResult:
+    if ep.result is None:  # the with-block closes every episode; this guards misuse
+        raise RuntimeError("episode not finished")
+    return ep.result
 
 
 def make_record(
@@ -144,9 +153,10 @@ def make_record(
 ) -> EpisodeRecord:
     """The record of one episode (live or derived) from its result and steps."""
     steps = traj.steps[:steps_used]
-    raised = traj.exception if steps_used == len(traj.steps) and not result.success else None
-    if raised is not None and result.turns_used <= steps_used:
-        raised = None  # the budget ran out before the turn on which the agent raised
+    # the agent raised within this budget iff the run was cut at its end with status
+    # failed (a budget that ran out first ends budget_exhausted instead)
+    ended_here = steps_used == len(traj.steps) and result.status is EpisodeStatus.FAILED
+    raised = traj.exception if ended_here else None
     last = steps[-1] if steps else None
     failure = classify_failure(
         result.status,

@@ -65,3 +65,18 @@ def test_agent_bug_raises_or_is_recorded(tmp_path: Path) -> None:
 def test_mapping_table(status: str, kwargs: dict[str, object], expected: str) -> None:
     assert classify_failure(status, **kwargs) == expected  # type: ignore[arg-type]
     assert expected in FAILURE_CATEGORIES
+
+
+class BrokenEnv(LineEnv):
+    def reset(self, seed: int) -> str:
+        raise OSError("env could not start")
+
+
+def test_env_failure_on_reset(tmp_path: Path) -> None:
+    tasks = [Task(task_id="t", make_env=BrokenEnv, seed=0)]
+    cfg = EvalConfig(budgets=(3,), on_error="record")
+    (rec,) = Evaluator(lambda: Script(["+"]), tasks, cfg).run(tmp_path / "r.jsonl").records
+    assert (rec.failure, rec.turns_used) == ("error", 0)
+    assert rec.error is not None and "env could not start" in rec.error
+    with pytest.raises(OSError):
+        Evaluator(lambda: Script(["+"]), tasks, EvalConfig(budgets=(3,))).run(tmp_path / "b")

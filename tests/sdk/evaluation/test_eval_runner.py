@@ -207,3 +207,31 @@ def test_config_validation() -> None:
             EvalConfig(**bad)
     with pytest.raises(ConfigError):
         Evaluator(RandomWalker, [], EvalConfig(budgets=(2,)))
+
+
+class FlakyBlind(RandomWalker):
+    """Budget-blind; its provider fails on the 4th call of some episodes."""
+
+    def start(self, env: object, seed: int) -> None:
+        super().start(env, seed)
+        self.calls, self.fails = 0, seed % 2 == 0
+
+    def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
+        self.calls += 1
+        if self.fails and self.calls == 4:
+            from _eval_doubles import PROVIDER_DOWN
+
+            raise PROVIDER_DOWN
+        return "-"
+
+
+def test_prefix_sharing_with_provider_errors(tmp_path: Path) -> None:
+    tasks = line_tasks(3)
+    cfg = EvalConfig(budgets=(2, 3, 4, 6), samples=4)
+    a = Evaluator(FlakyBlind, tasks, cfg).run(tmp_path / "a")
+    b = Evaluator(FlakyBlind, tasks, replace(cfg, prefix_sharing=False)).run(tmp_path / "b")
+    assert [comparable(r) for r in a.records] == [comparable(r) for r in b.records]
+    failures = {(r.budget, r.failure) for r in a.records}
+    assert (3, "budget_exhausted") in failures and (4, "provider_error") in failures
+    assert (6, "budget_exhausted") in failures  # episodes whose provider did not fail
+    assert all(r.error for r in a.records if r.failure == "provider_error")
