@@ -280,7 +280,7 @@ class LocalChatModel:
             finish_reason=finish,
             usage=Usage(input_tokens=int(input_ids.shape[1]), output_tokens=len(new_ids)),
             model=self.model_name,
-            raw=text,
+            raw=self.tokenizer.decode(new_ids, skip_special_tokens=False),
         )
 
     async def acomplete(

@@ -27,14 +27,14 @@ executed (a ``model_format_error`` mistake; :attr:`AgentRun.ignored_tool_calls`)
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
-import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import pydantic
+from budgetmix.accounting import DEFAULT_ACCOUNTING
 from budgetmix.adapters.base import (
     AsyncChatModel,
     ChatMessage,
@@ -48,14 +48,17 @@ from budgetmix.adapters.tools import (
     Tool,
     ToolArgumentError,
     Toolbox,
+    ToolOutcome,
+    arun_prepared,
     render_tool_error,
     render_tool_result,
+    run_prepared,
 )
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
 from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
-from budgetmix.exceptions import BudgetExhausted, ConfigError, EarlyStopped
+from budgetmix.exceptions import BudgetExhausted, ConfigError
 from budgetmix.policy import ExhaustionMode, ExtensionPolicy
 from budgetmix.steps import ToolCall, Turn
 
@@ -115,10 +118,6 @@ class _Planned:
     call: ToolCall
     request: ToolCallRequest
     prepared: PreparedCall | ToolArgumentError
-
-
-#: A tool's outcome: ``(True, result)`` or ``(False, exception)``.
-_Outcome = tuple[bool, Any]
 
 
 def _load_pricing(pricing: Pricing | None) -> Pricing | None:
@@ -208,7 +207,9 @@ class _AgentLoop:
             for call, req in zip(calls, requests, strict=True)
         ]
 
-    def on_outcomes(self, batch: Sequence[_Planned], outcomes: Sequence[_Outcome | None]) -> None:
+    def on_outcomes(
+        self, batch: Sequence[_Planned], outcomes: Sequence[ToolOutcome | None]
+    ) -> None:
         """Record each call's outcome (in call order, so events are deterministic)."""
         for planned, outcome in zip(batch, outcomes, strict=True):
             call, req = planned.call, planned.request
@@ -294,10 +295,14 @@ def _controller(
         return budget
     if not isinstance(budget, Budget):
         raise ConfigError(f"budget must be a Budget or BudgetController, got {budget!r}")
+    from budgetmix.policies.extension import find_on_demand, with_free_request_tool
+
     return BudgetController(
         budget,
         exhaustion=exhaustion or "end",
         extension=extension,
+        # asking for more turns is budget management, not work: it costs no tool call
+        accounting=with_free_request_tool() if find_on_demand(extension) else DEFAULT_ACCOUNTING,
         provider_name=provider_name,
     )
 
@@ -334,82 +339,38 @@ def _setup(
 ) -> _AgentLoop:
     if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
         raise ConfigError(f"max_parallel must be an integer >= 1, got {max_parallel!r}")
-    toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
+    entries = list(tools.values()) if isinstance(tools, Toolbox) else list(tools)
     controller = _controller(budget, exhaustion, extension, getattr(model, "provider_name", None))
     episode = controller.episode(name=name, metadata=metadata)
+    extra = _request_more_turns_tool(controller, episode)
     return _AgentLoop(
         episode,
         str(model.model_name),
-        toolbox,
+        Toolbox([*entries, *extra]),
         _history(task, system),
         judge=judge,
         pricing=pricing,
     )
 
 
-def _invoke_sync(prepared: PreparedCall) -> _Outcome:
-    try:
-        value = prepared.invoke()
-        if inspect.isawaitable(value):
-            # A worker thread has no running loop, so a private one is safe here.
-            value = asyncio.run(_await(value))
-        return True, value
-    except (BudgetExhausted, EarlyStopped):
-        raise
-    except Exception as exc:
-        return False, exc
+def _request_more_turns_tool(controller: BudgetController, episode: Episode) -> list[Tool]:
+    """The ``request_more_turns`` tool when the controller's extension grants on demand."""
+    from budgetmix.policies.extension import (
+        REQUEST_MORE_TURNS,
+        find_on_demand,
+        request_more_turns_tool,
+    )
 
+    policy = find_on_demand(controller.extension)
+    if policy is None:
+        return []
 
-async def _await(value: Awaitable[Any]) -> Any:
-    return await value
+    def request_more_turns(turns: Annotated[int, pydantic.Field(ge=1)]) -> str:
+        return policy.run_tool(episode, {"turns": turns})
 
-
-def _run_batch_sync(
-    batch: Sequence[_Planned], pool_factory: Callable[[], ThreadPoolExecutor]
-) -> list[_Outcome | None]:
-    runnable = [
-        (i, p.prepared) for i, p in enumerate(batch) if isinstance(p.prepared, PreparedCall)
-    ]
-    outcomes: list[_Outcome | None] = [None] * len(batch)
-    if len(runnable) == 1:  # no thread hop for the common single call
-        i, prepared = runnable[0]
-        outcomes[i] = _invoke_sync(prepared)
-        return outcomes
-    pool = pool_factory()
-    # Each call runs in a copy of this context, so tools see current_episode().
-    futures = [
-        (i, pool.submit(contextvars.copy_context().run, _invoke_sync, prepared))
-        for i, prepared in runnable
-    ]
-    for i, future in futures:
-        outcomes[i] = future.result()
-    return outcomes
-
-
-async def _invoke_async(prepared: PreparedCall, limit: asyncio.Semaphore) -> _Outcome:
-    async with limit:
-        try:
-            if prepared.tool.is_async:
-                value = await prepared.invoke()
-            else:
-                value = await asyncio.to_thread(prepared.invoke)
-                if inspect.isawaitable(value):
-                    value = await value
-            return True, value
-        except (BudgetExhausted, EarlyStopped):
-            raise
-        except Exception as exc:
-            return False, exc
-
-
-async def _run_batch_async(batch: Sequence[_Planned], max_parallel: int) -> list[_Outcome | None]:
-    limit = asyncio.Semaphore(max_parallel)
-    indexed = [(i, p.prepared) for i, p in enumerate(batch) if isinstance(p.prepared, PreparedCall)]
-    results = await asyncio.gather(*(_invoke_async(p, limit) for _, p in indexed))
-    outcomes: list[_Outcome | None] = [None] * len(batch)
-    for (i, _), outcome in zip(indexed, results, strict=True):
-        outcomes[i] = outcome
-    return outcomes
+    tool = Tool.from_function(request_more_turns, name=REQUEST_MORE_TURNS)
+    # The policy's own spec, so every adapter shows the model the same bytes.
+    return [replace(tool, spec=ToolSpec(**request_more_turns_tool()))]
 
 
 # -- drivers ---------------------------------------------------------------------------
@@ -485,7 +446,7 @@ def run_agent(
                     batch = loop.on_response(turn, response)
                     if batch is None:
                         break
-                    loop.on_outcomes(batch, _run_batch_sync(batch, pool_factory))
+                    loop.on_outcomes(batch, run_prepared([p.prepared for p in batch], pool_factory))
     finally:
         for p in pool:
             p.shutdown(wait=True)
@@ -544,5 +505,7 @@ async def arun_agent(
                 batch = loop.on_response(turn, response)
                 if batch is None:
                     break
-                loop.on_outcomes(batch, await _run_batch_async(batch, max_parallel))
+                loop.on_outcomes(
+                    batch, await arun_prepared([p.prepared for p in batch], max_parallel)
+                )
     return loop.run_result()

@@ -12,30 +12,39 @@ runs: arguments that are not a JSON object give ``invalid_tool_arguments``, so
 do arguments that do not match the schema (strict: ``"5"`` is not an
 integer), and a name the toolbox lacks gives ``unknown_tool``. The error text
 is written for the model to read and correct itself.
+
+:func:`run_prepared` / :func:`arun_prepared` run the valid calls of a batch
+concurrently and return their outcomes in call order.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
 
 import pydantic
 from budgetmix.adapters.base import ToolCallRequest, ToolSpec
 from budgetmix.events import MistakeKind
-from budgetmix.exceptions import ConfigError
+from budgetmix.exceptions import BudgetExhausted, ConfigError, EarlyStopped
 from pydantic_core import PydanticSerializationError
 
 __all__ = [
     "PreparedCall",
     "Tool",
     "ToolArgumentError",
+    "ToolOutcome",
     "Toolbox",
+    "arun_prepared",
     "render_tool_error",
     "render_tool_result",
+    "run_prepared",
     "tool",
 ]
 
@@ -303,6 +312,85 @@ class Toolbox(Mapping[str, Tool]):
                 f"Unknown tool {request.name!r}. Available tools: {known}.",
             )
         return found.validate(request)
+
+
+# -- running validated calls -----------------------------------------------------------
+#: A tool's outcome: ``(True, result)`` or ``(False, exception)``.
+ToolOutcome = tuple[bool, Any]
+Prepared = PreparedCall | ToolArgumentError
+
+
+def _invoke_sync(prepared: PreparedCall) -> ToolOutcome:
+    try:
+        value = prepared.invoke()
+        if inspect.isawaitable(value):
+            # A worker thread has no running loop, so a private one is safe here.
+            value = asyncio.run(_await(value))
+        return True, value
+    except (BudgetExhausted, EarlyStopped):
+        raise
+    except Exception as exc:
+        return False, exc
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+def run_prepared(
+    calls: Sequence[Prepared], pool: Callable[[], ThreadPoolExecutor]
+) -> list[ToolOutcome | None]:
+    """Run the valid calls of a batch concurrently on ``pool()``; outcomes in call order.
+
+    ``None`` stands for a call that did not validate (nothing ran). Each call runs
+    in a copy of the caller's context, so tools see ``current_episode()``. A
+    single valid call runs inline (no thread hop). Budget stops raised by a tool
+    propagate; any other exception becomes its outcome.
+    """
+    runnable = [(i, c) for i, c in enumerate(calls) if isinstance(c, PreparedCall)]
+    outcomes: list[ToolOutcome | None] = [None] * len(calls)
+    if not runnable:
+        return outcomes
+    if len(runnable) == 1:
+        i, prepared = runnable[0]
+        outcomes[i] = _invoke_sync(prepared)
+        return outcomes
+    executor = pool()
+    futures = [
+        (i, executor.submit(contextvars.copy_context().run, _invoke_sync, prepared))
+        for i, prepared in runnable
+    ]
+    for i, future in futures:
+        outcomes[i] = future.result()
+    return outcomes
+
+
+async def _invoke_async(prepared: PreparedCall, limit: asyncio.Semaphore) -> ToolOutcome:
+    async with limit:
+        try:
+            if prepared.tool.is_async:
+                value = await prepared.invoke()
+            else:
+                value = await asyncio.to_thread(prepared.invoke)
+                if inspect.isawaitable(value):
+                    value = await value
+            return True, value
+        except (BudgetExhausted, EarlyStopped):
+            raise
+        except Exception as exc:
+            return False, exc
+
+
+async def arun_prepared(calls: Sequence[Prepared], max_parallel: int) -> list[ToolOutcome | None]:
+    """Async twin of :func:`run_prepared`: async tools on the loop, sync tools in threads,
+    at most ``max_parallel`` at once."""
+    limit = asyncio.Semaphore(max_parallel)
+    runnable = [(i, c) for i, c in enumerate(calls) if isinstance(c, PreparedCall)]
+    results = await asyncio.gather(*(_invoke_async(c, limit) for _, c in runnable))
+    outcomes: list[ToolOutcome | None] = [None] * len(calls)
+    for (i, _), outcome in zip(runnable, results, strict=True):
+        outcomes[i] = outcome
+    return outcomes
 
 
 _ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)

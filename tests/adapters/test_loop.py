@@ -245,3 +245,40 @@ def test_bad_arguments_are_config_errors() -> None:
         run_agent(ScriptedModel([]), [add], "x", Budget(turns=1), max_parallel=0)
     with pytest.raises(ConfigError, match="task"):
         run_agent(ScriptedModel([]), [add], [], Budget(turns=1))
+
+
+def test_on_demand_extension_is_offered_as_a_tool() -> None:
+    from budgetmix.policies.extension import OnDemandExtension
+
+    model = ScriptedModel(
+        [
+            tool_calls(tool_call("request_more_turns", {"turns": 2})),
+            tool_calls(tool_call("add", {"a": 1, "b": 1})),
+            tool_calls(tool_call("add", {"a": 2, "b": 2})),
+            final_answer("4"),
+        ]
+    )
+    run = run_agent(
+        model,
+        [add],
+        "x",
+        Budget(turns=2, tool_calls=5),
+        extension=OnDemandExtension(step=2, max_grants=1),
+    )
+    assert model.requests[0].tool_names == ("add", "request_more_turns")
+    assert model.requests[1].messages[-1].content == "Granted 2 more turns."
+    assert run.success and run.turns_used == 4
+    assert run.result.limits["turns"] == 4
+    assert run.result.used["tool_calls"] == 2  # asking for turns costs no tool call
+    assert [e.kind for e in run.result.events].count("extended") == 1
+
+
+def test_on_demand_request_with_bad_arguments_is_a_mistake() -> None:
+    from budgetmix.policies.extension import OnDemandExtension
+
+    model = ScriptedModel(
+        [tool_calls(tool_call("request_more_turns", {"turns": 0})), final_answer("x")]
+    )
+    run = run_agent(model, [add], "x", Budget(turns=2), extension=OnDemandExtension())
+    assert [m.kind for m in run.result.mistakes] == [MistakeKind.INVALID_TOOL_ARGUMENTS]
+    assert run.result.limits["turns"] == 2
