@@ -6,11 +6,8 @@ imported only when an adapter that needs them is used. Provider adapters
 loaded on first attribute access.
 """
 
-from __future__ import annotations
-
 import importlib
-import importlib.util
-from typing import Any
+import typing
 
 from budgetmix.adapters.base import (
     AsyncChatModel,
@@ -41,16 +38,23 @@ from budgetmix.adapters.scripted import (
 from budgetmix.adapters.tools import Tool, Toolbox, tool
 
 __all__ = [
+    "DEFAULT_PRICING",
     "AgentRun",
+    "AnthropicChatModel",
+    "AsyncBudgetTransport",
     "AsyncChatModel",
+    "BudgetTransport",
     "ChatMessage",
     "ChatModel",
     "FailingModel",
     "LocalChatModel",
     "MistakeThenRecover",
+    "ModelPrice",
     "ModelRequest",
     "ModelResponse",
     "NetworkBlockedError",
+    "OpenAIChatModel",
+    "Pricing",
     "ScriptExhaustedError",
     "ScriptedModel",
     "Tool",
@@ -71,27 +75,25 @@ __all__ = [
     "unknown_tool_call",
 ]
 
-#: Public names of modules other adapters provide, loaded on first access.
+#: Public names of the provider modules, imported on first access.
 _LAZY: dict[str, str] = {
-    "AnthropicChatModel": "anthropic",
     "DEFAULT_PRICING": "pricing",
+    "AnthropicChatModel": "anthropic",
+    "AsyncBudgetTransport": "http",
+    "BudgetTransport": "http",
     "ModelPrice": "pricing",
     "OpenAIChatModel": "openai",
     "Pricing": "pricing",
 }
 
-
-def _available(module: str) -> bool:
-    # find_spec locates the file without executing it (no SDK import).
-    return importlib.util.find_spec(f"{__name__}.{module}") is not None
-
-
-# Provider modules land independently; list only those present so `import *` works.
-__all__ += [name for name, module in _LAZY.items() if _available(module)]
-__all__.sort()
+if typing.TYPE_CHECKING:
+    from budgetmix.adapters.anthropic import AnthropicChatModel
+    from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
+    from budgetmix.adapters.openai import OpenAIChatModel
+    from budgetmix.adapters.pricing import DEFAULT_PRICING, ModelPrice, Pricing
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -107,6 +107,30 @@ def test_notice_is_a_final_user_message_of_the_prompt_only(tiny: Any, tokenizer:
     assert "Budget" not in model.render(HELLO, tools, None)
 
 
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTOOLS {{ tools | tojson }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_with_tool_support_renders_tools_and_tool_messages(tiny: Any) -> None:
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = TOOLS_TEMPLATE
+    model = LocalChatModel(tiny, tokenizer)
+    call = ToolCallRequest(id="c", name="add", arguments='{"a": 1, "b": 2}')
+    history = [
+        *HELLO,
+        ChatMessage(role="assistant", tool_calls=(call,)),
+        ChatMessage(role="tool", content="3", tool_call_id="c", name="add"),
+    ]
+    prompt = model.render(history, Toolbox([add]).specs, "N")
+    assert prompt.startswith('<|im_start|>system\nTOOLS [{"type": "function", "function": {')
+    assert '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>' in prompt
+    assert "<|im_start|>tool\n3<|im_end|>" in prompt
+    assert "You may call tools" not in prompt
+
+
 def test_parse_tool_calls() -> None:
     text = (
         'Let me add. <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
