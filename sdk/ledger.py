@@ -56,12 +56,15 @@ class LedgerState:
     @property
     def turn_number(self) -> int:
         """1-based index of the turn in progress (or of the next turn)."""
-        return self.turns_used if self.in_turn else self.turns_used + 1
+        used = int(self.used["turns"])
+        return used if self.in_turn else used + 1
 
     @property
     def turns_remaining(self) -> int:
         """Turns left, counting the turn in progress."""
-        return max(0, self.turns_total - self.turn_number + 1)
+        # = turns_total - turn_number + 1, inlined: read several times every turn
+        left = int(self.limits["turns"] or 0) - int(self.used["turns"])
+        return max(0, left + 1 if self.in_turn else left)
 
     @property
     def is_final_turn(self) -> bool:
@@ -77,6 +80,8 @@ class Ledger:
     """
 
     __slots__ = (
+        "_capped",
+        "_chain",
         "_clock",
         "_limits",
         "_lock",
@@ -105,6 +110,10 @@ class Ledger:
         self._limits: dict[str, float | None] = budget.limits()
         self._used: dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0)
         self._started = clock()
+        # hot path (checked every turn): the ancestor chain never changes, and a grant
+        # can raise a limit but never add one, so the limited dimensions are fixed too
+        self._chain: tuple[Ledger, ...] = (self, *(parent._chain if parent else ()))
+        self._capped: tuple[str, ...] = tuple(d for d in _TOKEN_DIMS if self._limits[d] is not None)
 
     # -- reading ---------------------------------------------------------------
     def elapsed(self) -> float:
@@ -124,12 +133,7 @@ class Ledger:
 
     def chain(self) -> list[Ledger]:
         """This ledger and its ancestors, nearest first."""
-        out: list[Ledger] = []
-        node: Ledger | None = self
-        while node is not None:
-            out.append(node)
-            node = node.parent
-        return out
+        return list(self._chain)
 
     def blocking_dimension(self) -> str | None:
         """The first dimension (here or in an ancestor) that forbids another turn."""
@@ -138,14 +142,14 @@ class Ledger:
 
     # -- charging --------------------------------------------------------------
     def _blocking(self, *, turns_needed: int) -> str | None:
-        for node in self.chain():
-            lim = node._limits
+        for node in self._chain:
+            lim, used = node._limits, node._used
             t = lim["turns"]
-            if t is not None and node._used["turns"] + turns_needed > t:
+            if t is not None and used["turns"] + turns_needed > t:
                 return "turns"
-            for dim in _TOKEN_DIMS:
+            for dim in node._capped:
                 cap = lim[dim]
-                if cap is not None and node._used[dim] >= cap:
+                if cap is not None and used[dim] >= cap:
                     return dim
             wall = lim["wall_seconds"]
             if wall is not None and node.elapsed() >= wall:
@@ -157,7 +161,7 @@ class Ledger:
         with self._lock:
             blocked = self._blocking(turns_needed=turns)
             if blocked is None:
-                for node in self.chain():
+                for node in self._chain:
                     node._used["turns"] += turns
             return blocked
 
@@ -172,14 +176,14 @@ class Ledger:
         calls = self.accounting.tool_calls_for_batch(names)
         extra_turns = self.accounting.extra_turns_for_batch(names)
         with self._lock:
-            for node in self.chain():
+            for node in self._chain:
                 cap = node._limits["tool_calls"]
                 if cap is not None and node._used["tool_calls"] + calls > cap:
                     return "tool_calls"
                 tcap = node._limits["turns"]
                 if extra_turns and tcap is not None and node._used["turns"] + extra_turns > tcap:
                     return "turns"
-            for node in self.chain():
+            for node in self._chain:
                 node._used["tool_calls"] += calls
                 node._used["turns"] += extra_turns
             return None
@@ -200,7 +204,7 @@ class Ledger:
         if not (input_tokens >= 0 and output_tokens >= 0 and 0 <= cost_usd < math.inf):
             raise ConfigError("usage must be non-negative and finite")
         with self._lock:
-            for node in self.chain():
+            for node in self._chain:
                 u = node._used
                 u["input_tokens"] += input_tokens
                 u["output_tokens"] += output_tokens

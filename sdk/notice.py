@@ -12,8 +12,8 @@ Format ``v1`` (default)::
     Budget (v1): turn 10 of 10, the final turn.
 
 followed, for each other limited dimension, by `` Tool calls: 4 of 20 used.``
-and the like. Format ``v1-compact`` carries the same facts in fewer bytes
-(``[budget v1c] turn 3/10, 8 left``) for small models trained from scratch.
+and the like. Format ``v1-compact`` carries the turn facts only, in fewer bytes
+(``[budget v1c] turn 3/10, 8 left``), for small models trained from scratch.
 Format ``v1-remaining-only`` states only what is left (``Budget (v1r): 8 turns
 left including this one.``), for ablations of whether the total matters.
 """
@@ -65,20 +65,19 @@ def _other_dimensions(state: LedgerState) -> str:
 
 
 def _render_v1(state: LedgerState) -> str:
-    n, total = state.turn_number, state.turns_total
-    if state.turns_remaining <= 1:
+    n, total, left = state.turn_number, state.turns_total, state.turns_remaining
+    if left <= 1:
         head = f"Budget (v1): turn {n} of {total}, the final turn."
     else:
-        left = state.turns_remaining
         head = f"Budget (v1): turn {n} of {total}, {left} turns left including this one."
     return head + _other_dimensions(state)
 
 
 def _render_v1_compact(state: LedgerState) -> str:
-    n, total = state.turn_number, state.turns_total
-    if state.turns_remaining <= 1:
+    n, total, left = state.turn_number, state.turns_total, state.turns_remaining
+    if left <= 1:
         return f"[budget v1c] turn {n}/{total}, final"
-    return f"[budget v1c] turn {n}/{total}, {state.turns_remaining} left"
+    return f"[budget v1c] turn {n}/{total}, {left} left"
 
 
 def _render_v1_remaining_only(state: LedgerState) -> str:

@@ -1,0 +1,220 @@
+"""Per-turn overhead of the budget controller against a bare agent loop.
+
+Both loops drive the same zero-latency scripted model and one tool; a turn is:
+build the request (the controller injects the budget notice into a new list),
+call the model, record usage (controller only), run one tool call, append the
+assistant message and the tool result to the history. The controller runs with
+tracing off (no tracer provider: the OpenTelemetry API's no-op) and on (SDK
+``TracerProvider`` + ``BatchSpanProcessor`` with an exporter that drops
+everything). All configurations run interleaved in one process; a sample is
+back-to-back episodes of one length (>= 1000 turns in all), and each cell is the
+median over samples of (time / turns), with the interquartile range.
+
+Targets (issue 2): overhead <= 20 us/turn tracing off, <= 150 us/turn on, flat as
+turns grow.
+
+    .venv/bin/python bench/overhead.py                 # 10, 100, 1000 turns
+    .venv/bin/python bench/overhead.py --turns 10 100 --repeats 30 --check
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from budgetmix import Budget, BudgetController
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+TARGET_OFF_US = 20.0
+TARGET_ON_US = 150.0
+
+SYSTEM = {"role": "system", "content": "You are a calculator agent."}
+TASK = {"role": "user", "content": "Add the numbers."}
+REPLY = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}],
+    "usage": {"input_tokens": 120, "output_tokens": 12},
+}
+
+
+def scripted_model(request: Sequence[Any]) -> dict[str, Any]:
+    """A zero-latency model: always asks for the same tool call."""
+    return REPLY
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+class DropExporter(SpanExporter):
+    """Accepts every batch and does nothing with it."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def bare_loop(turns: int) -> int:
+    messages: list[Any] = [SYSTEM, TASK]
+    for _ in range(turns):
+        request = list(messages)  # what a client serialises; no notice
+        reply = scripted_model(request)
+        call = reply["tool_calls"][0]
+        result = add(**call["arguments"])
+        messages.append(reply)
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(result)})
+    return len(messages)
+
+
+def controller_loop(controller: BudgetController, turns: int) -> int:
+    messages: list[Any] = [SYSTEM, TASK]
+    with controller.episode(budget=Budget(turns=turns)) as ep:
+        for turn in ep.turns(model="scripted"):
+            request = turn.openai_chat(messages)  # notice appended to a new list
+            reply = scripted_model(request)
+            usage = reply["usage"]
+            turn.usage(input_tokens=usage["input_tokens"], output_tokens=usage["output_tokens"])
+            call = reply["tool_calls"][0]
+            (tool_call,) = ep.tool_batch([call["name"]], [call["id"]])
+            result = tool_call.run(add, **call["arguments"])
+            messages.append(reply)
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(result)})
+    assert ep.result is not None and ep.result.used["turns"] == turns
+    return len(messages)
+
+
+TIMERS: dict[str, Callable[[], int]] = {
+    "wall": time.perf_counter_ns,
+    # CPU time of the whole process (the span exporter thread included): steadier than
+    # wall time on a shared machine, where descheduling inflates wall time at random
+    "cpu": time.process_time_ns,
+}
+
+
+SAMPLE_TURNS = 1000
+
+
+def _per_turn_us(fn: Callable[[int], int], turns: int, timer: Callable[[], int]) -> float:
+    """One sample: back-to-back episodes of ``turns`` turns (at least SAMPLE_TURNS turns in
+    all, so short episodes are not timed cold right after a collection), per turn."""
+    episodes = max(1, -(-SAMPLE_TURNS // turns))
+    gc.collect()
+    t0 = timer()
+    for _ in range(episodes):
+        fn(turns)
+    return (timer() - t0) / 1000.0 / (turns * episodes)
+
+
+def _stats(xs: list[float]) -> tuple[float, float, float]:
+    """Median and interquartile range (q1, q3)."""
+    if len(xs) < 4:
+        return statistics.median(xs), min(xs), max(xs)
+    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return med, q1, q3
+
+
+def run(
+    turn_counts: Sequence[int], repeats: int | None, warmup: int, timer: str = "wall"
+) -> list[dict[str, Any]]:
+    provider = TracerProvider()
+    processor = BatchSpanProcessor(DropExporter(), max_queue_size=1 << 16)
+    provider.add_span_processor(processor)
+    off = BudgetController(Budget(turns=1), name="bench")
+    on = BudgetController(Budget(turns=1), name="bench", tracer_provider=provider)
+    configs: dict[str, Callable[[int], int]] = {
+        "bare": bare_loop,
+        "off": lambda n: controller_loop(off, n),
+        "on": lambda n: controller_loop(on, n),
+    }
+    rows = []
+    for turns in turn_counts:
+        reps = repeats if repeats is not None else 25
+        samples: dict[str, list[float]] = {k: [] for k in configs}
+        for i in range(warmup + reps):
+            for name, fn in configs.items():  # interleaved: drift hits all alike
+                us = _per_turn_us(fn, turns, TIMERS[timer])
+                if name == "on":
+                    processor.force_flush()  # export outside the timed region
+                if i >= warmup:
+                    samples[name].append(us)
+        row: dict[str, Any] = {"turns": turns, "repeats": reps}
+        for name, xs in samples.items():
+            row[name] = _stats(xs)
+        rows.append(row)
+    provider.shutdown()
+    return rows
+
+
+def _cell(stat: tuple[float, float, float]) -> str:
+    med, lo, hi = stat
+    return f"{med:.2f} ({lo:.2f}–{hi:.2f})"
+
+
+def markdown(rows: list[dict[str, Any]], timer: str = "wall") -> str:
+    lines = [
+        "| turns | repeats | bare loop us/turn | controller, tracing off us/turn "
+        "| overhead off | controller, tracing on us/turn | overhead on |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        bare, off, on = r["bare"][0], r["off"][0], r["on"][0]
+        lines.append(
+            f"| {r['turns']} | {r['repeats']} | {_cell(r['bare'])} | {_cell(r['off'])} "
+            f"| **{off - bare:.1f}** | {_cell(r['on'])} | **{on - bare:.1f}** |"
+        )
+    lines.append("")
+    lines.append(
+        f"{timer} time; medians over repeats, interquartile range in parentheses; overhead = "
+        f"controller median - bare median. Targets: <= {TARGET_OFF_US:g} us/turn off, "
+        f"<= {TARGET_ON_US:g} us/turn on. Python {sys.version.split()[0]}."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--turns", type=int, nargs="+", default=[10, 100, 1000], help="episode lengths"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"timed samples per cell, each >= {SAMPLE_TURNS} turns (default 25)",
+    )
+    parser.add_argument("--warmup", type=int, default=3, help="untimed episodes per cell")
+    parser.add_argument(
+        "--timer",
+        choices=sorted(TIMERS),
+        default="wall",
+        help="wall clock (default) or process CPU time (steadier on a busy machine)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a target is missed (for CI)"
+    )
+    args = parser.parse_args(argv)
+    if any(t < 1 for t in args.turns) or (args.repeats is not None and args.repeats < 1):
+        parser.error("--turns and --repeats must be positive")
+    rows = run(args.turns, args.repeats, args.warmup, args.timer)
+    print(markdown(rows, args.timer))
+    missed = [
+        r["turns"]
+        for r in rows
+        if r["off"][0] - r["bare"][0] > TARGET_OFF_US or r["on"][0] - r["bare"][0] > TARGET_ON_US
+    ]
+    if missed:
+        print(f"\ntargets missed at {missed} turns", file=sys.stderr)
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
