@@ -25,3 +25,17 @@ def tiny_model(tokenizer: Any) -> Any:
     from budgetmix.training.models import TinyModelSpec, build_tiny_model
 
     return build_tiny_model(TinyModelSpec(), tokenizer, seed=0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread() -> Any:
+    """Tiny models gain nothing from threads, and OpenMP spin-waits thrash a busy CI box."""
+    if not _HAVE_TRAIN:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
