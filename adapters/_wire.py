@@ -18,6 +18,7 @@ from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any, Literal
 
 from budgetmix.events import MistakeKind
+from budgetmix.exceptions import ProviderError, ResponseFormatError
 
 if TYPE_CHECKING:
     from budgetmix.adapters.pricing import Pricing
@@ -32,6 +33,7 @@ __all__ = [
     "TurnRequest",
     "WireKind",
     "WireToolCall",
+    "as_format_error",
     "field",
     "parse_response",
     "tool_schemas",
@@ -315,6 +317,20 @@ def accumulator(kind: WireKind) -> Accumulator:
     if kind == "responses":
         return ResponsesStreamAccumulator()
     return AnthropicStreamAccumulator()
+
+
+def as_format_error(exc: ProviderError) -> ProviderError:
+    """A final failure caused by an unusable body (not JSON, failed SDK validation)
+    as :class:`ResponseFormatError`; any other failure unchanged."""
+    cause = exc.__cause__
+    if isinstance(exc, ResponseFormatError) or cause is None:
+        return exc
+    if isinstance(cause, ValueError) or type(cause).__name__.endswith("ResponseValidationError"):
+        return ResponseFormatError(
+            f"{type(cause).__name__}: the provider's response could not be read",
+            status_code=exc.status_code,
+        )
+    return exc
 
 
 # -- tool checks -----------------------------------------------------------------------

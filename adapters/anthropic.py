@@ -31,11 +31,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._wire import TurnRequest, field, parse_response
+from budgetmix.adapters._wire import TurnRequest, as_format_error, field, parse_response
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
 from budgetmix.adapters.openai import Target, resolve_episode
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
-from budgetmix.exceptions import MissingExtraError
+from budgetmix.exceptions import MissingExtraError, ProviderError
 from budgetmix.notice import with_notice_anthropic
 
 if TYPE_CHECKING:
@@ -89,7 +89,10 @@ class _SyncMessages(_Messages):
         if req is None:
             return self._sdk.create(**kwargs)
         body = req.body
-        result = req.turn.call(lambda: self._raw.create(**body), sleep=self._owner._sleep)
+        try:
+            result = req.turn.call(lambda: self._raw.create(**body), sleep=self._owner._sleep)
+        except ProviderError as exc:
+            raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:
             return RecordingStream(result, req)
         req.finish(parse_response("anthropic", result))
@@ -108,7 +111,12 @@ class _AsyncMessages(_Messages):
         if req is None:
             return await self._sdk.create(**kwargs)
         body = req.body
-        result = await req.turn.acall(lambda: self._raw.create(**body), sleep=self._owner._sleep)
+        try:
+            result = await req.turn.acall(
+                lambda: self._raw.create(**body), sleep=self._owner._sleep
+            )
+        except ProviderError as exc:
+            raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:
             return AsyncRecordingStream(result, req)
         req.finish(parse_response("anthropic", result))

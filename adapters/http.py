@@ -379,21 +379,10 @@ class _TransportCore:
         """After the retries: the provider's own error response, or its exception."""
         cause = exc.__cause__
         if isinstance(cause, HTTPStatusFailure):
-            return self._rebuild(plan, cause.response, cause.response.content)
+            return cause.response  # already read; the client sees the provider's answer
         if cause is not None:
             raise cause
         raise exc
-
-    def _rebuild(self, plan: _Plan, response: Any, content: bytes) -> Any:
-        skip = {"content-encoding", "content-length", "transfer-encoding"}
-        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in skip]
-        return plan.lib.Response(
-            response.status_code,
-            headers=headers,
-            content=content,
-            request=plan.outgoing,
-            extensions=response.extensions,
-        )
 
     def finish_json(self, plan: _Plan, response: Any, content: bytes) -> Any:
         try:
@@ -410,7 +399,7 @@ class _TransportCore:
         else:
             parsed = parse_response(plan.kind, {})
         plan.req.finish(parsed)
-        return self._rebuild(plan, response, content)
+        return response  # read already: the client takes its decoded content as is
 
     def is_sse(self, plan: _Plan, response: Any) -> bool:
         ctype = str(response.headers.get("content-type", ""))

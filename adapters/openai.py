@@ -32,12 +32,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._wire import TurnRequest, WireKind, field, parse_response
+from budgetmix.adapters._wire import TurnRequest, WireKind, as_format_error, field, parse_response
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
-from budgetmix.exceptions import MissingExtraError
+from budgetmix.exceptions import MissingExtraError, ProviderError
 from budgetmix.notice import with_notice_openai_chat
 
 if TYPE_CHECKING:
@@ -112,7 +112,10 @@ class _SyncEndpoint(_Endpoint):
         if req is None:
             return self._sdk.create(**kwargs)
         body, sleep = req.body, self._owner._sleep
-        result = req.turn.call(lambda: self._raw.create(**body), sleep=sleep)
+        try:
+            result = req.turn.call(lambda: self._raw.create(**body), sleep=sleep)
+        except ProviderError as exc:
+            raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:
             return RecordingStream(result, req)
         req.finish(parse_response(self._kind, result))
@@ -126,7 +129,10 @@ class _AsyncEndpoint(_Endpoint):
         if req is None:
             return await self._sdk.create(**kwargs)
         body, sleep = req.body, self._owner._sleep
-        result = await req.turn.acall(lambda: self._raw.create(**body), sleep=sleep)
+        try:
+            result = await req.turn.acall(lambda: self._raw.create(**body), sleep=sleep)
+        except ProviderError as exc:
+            raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:
             return AsyncRecordingStream(result, req)
         req.finish(parse_response(self._kind, result))

@@ -241,3 +241,42 @@ async def test_async_transport_with_streams() -> None:
     assert rig.net.count == 3 and len(rig.sleeps) == 1
     assert ep.result is not None and ep.result.used["turns"] == 2
     assert ep.result.used["output_tokens"] >= 2
+
+
+def test_compressed_json_responses_are_read_once_and_decoded() -> None:
+    import gzip
+    import json
+
+    body = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "zip"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    }
+    packed = gzip.compress(json.dumps(body).encode())
+    rig = make_rig([Reply(body=packed, headers={"content-encoding": "gzip"})])
+    client = openai_client(transport(rig))
+    with rig.controller.episode() as ep:
+        reply = client.chat.completions.create(model="gpt-4o", messages=USER)
+    assert reply.choices[0].message.content == "zip"
+    assert ep.state.used["input_tokens"] == 7 and ep.state.used["output_tokens"] == 3
+
+
+def test_malformed_bodies_do_not_crash_and_are_recorded() -> None:
+    rig = make_rig([Reply(body=b"not json"), Reply(body=b'{"choices": []}')])
+    client = openai_client(transport(rig), max_retries=0)
+    with rig.controller.episode() as ep:
+        with pytest.raises(ValueError):  # the SDK's own JSON error: the body is not JSON
+            client.chat.completions.create(model="gpt-4o", messages=USER)
+        empty = client.chat.completions.create(model="gpt-4o", messages=USER)
+    assert empty.choices == []
+    assert [str(m.kind) for m in ep.mistakes] == ["model_format_error", "model_format_error"]
+    assert ep.state.used["turns"] == 2

@@ -309,3 +309,14 @@ def test_notice_lands_after_tool_results() -> None:
         client.chat.completions.create(model="gpt-4o", messages=history, tools=CHAT_TOOLS)
     sent = rig.fake.requests[0].json["messages"]
     assert sent[:3] == history and last_message(rig)["role"] == "user"
+
+
+def test_unreadable_body_is_a_response_format_error() -> None:
+    from budgetmix import ResponseFormatError
+
+    rig = make_rig([Reply(body=b"<html>gateway</html>")])
+    client = budgeted(rig.openai(), rig.controller, sleep=rig.sleep)
+    with rig.controller.episode() as ep, pytest.raises(ResponseFormatError) as info:
+        client.chat.completions.create(model="gpt-4o", messages=USER)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert kinds(ep) == ["provider_error"] and rig.net.count == 1
