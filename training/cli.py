@@ -19,7 +19,7 @@ from typing import Any
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.training.config import PRESETS, TrainConfig, load_config, preset
 
-__all__ = ["build_parser", "config_from_args", "main"]
+__all__ = ["build_parser", "config_from_args", "main", "train_main"]
 
 
 def build_parser(prog: str = "budgetmix train") -> argparse.ArgumentParser:
@@ -96,3 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     return 0
+
+
+def train_main(argv: Sequence[str] | None = None) -> int:
+    """The ``budgetmix train`` sub-command (same as :func:`main`)."""
+    return main(argv)
