@@ -18,6 +18,10 @@ is a ``provider_error`` mistake and :class:`~budgetmix.ProviderError` raised
 ``from`` the SDK's exception. Outside an episode the wrapper is transparent;
 every other attribute is the client's own.
 
+The SDK's ``stream()``/``parse()`` helpers and ``with_raw_response`` are not
+budgeted yet: inside an episode they raise :class:`~budgetmix.BudgetmixError`
+(use ``create(stream=True)``, or :mod:`budgetmix.adapters.http`, which sees them all).
+
 Tool-call mistakes are recorded with their call ids when the response arrives
 (``{m.call_id for m in ep.mistakes}``): answer such calls with an error rather
 than recording them again through ``ep.tool_call(...).fail``.
@@ -37,7 +41,7 @@ from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest,
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
-from budgetmix.exceptions import MissingExtraError, ProviderError
+from budgetmix.exceptions import BudgetmixError, MissingExtraError, ProviderError
 from budgetmix.notice import with_notice_openai_chat
 
 if TYPE_CHECKING:
@@ -96,7 +100,16 @@ class _Endpoint:
         return req
 
     def __getattr__(self, name: str) -> Any:
+        if name in _UNBUDGETED and resolve_episode(self._owner._target) is not None:
+            # these send requests the wrapper cannot see: refuse rather than not enforce
+            raise BudgetmixError(
+                f"{name}() is not budgeted by budgetmix yet; inside an episode use "
+                "create(..., stream=True) or the httpx BudgetTransport instead"
+            )
         return getattr(self._sdk, name)
+
+
+_UNBUDGETED = frozenset({"stream", "parse", "with_raw_response", "with_streaming_response"})
 
 
 class _SyncEndpoint(_Endpoint):

@@ -83,9 +83,18 @@ def latency(calls: int, repeats: int) -> list[tuple[str, float, float, float, fl
 
         return call
 
+    notice = {
+        "role": "user",
+        "content": "Budget (v1): turn 1 of 9, 9 turns left including this one.",
+    }
+
+    def by_hand() -> None:  # what the wrapper sends, built by hand: one more message
+        plain.chat.completions.create(model="gpt-4o", messages=[*MESSAGES, notice])
+
     base_whole, base_stream = whole(plain), streamed(plain)
     variants: dict[str, Callable[[], None]] = {
         "unwrapped vs itself (A/A)": base_whole,
+        "unwrapped + notice message by hand": by_hand,
         "budgeted(client)": whole(wrapped),
         "BudgetTransport": whole(via_transport),
         "unwrapped vs itself (A/A), stream": base_stream,
@@ -266,9 +275,10 @@ def prefix_stability(turns: int = 12) -> list[tuple[str, float, float, str]]:
         for i in range(turns):
             for kind, name in (("chat", "ours, chat"), ("anthropic", "ours, anthropic")):
                 msgs = history if kind == "chat" else _anthropic(history)
-                body: dict[str, Any] = {"model": "gpt-4o", "messages": msgs}
-                if kind == "anthropic":
+                body: dict[str, Any] = {"model": "gpt-4o"}
+                if kind == "anthropic":  # rendered (and cached) before the messages
                     body["system"] = MESSAGES[0]["content"]
+                body["messages"] = msgs
                 req = TurnRequest(ep, kind, body, DEFAULT_PRICING)  # type: ignore[arg-type]
                 raw = json.dumps(_normalised(req.body)).encode()
                 notice_at = raw.find(json.dumps(req.turn.notice or "")[1:-1].encode())
