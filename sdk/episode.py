@@ -219,18 +219,19 @@ class Episode:
         if grace or c.notice.should_notify(state):
             notice = render_notice(state, c.notice.format)
         number = state.turn_number + (1 if grace else 0)
+        # operation, provider and model go in at span start: samplers read them there
+        start_attrs: dict[str, str | int] = {sc.GEN_AI_OPERATION_NAME: "chat", sc.BM_TURN: number}
+        if c.provider_name:
+            start_attrs[sc.GEN_AI_PROVIDER_NAME] = c.provider_name
+        if model:
+            start_attrs[sc.GEN_AI_REQUEST_MODEL] = model
         span = c.tracer.start_span(
             f"chat {model}" if model else "chat",
             context=trace.set_span_in_context(self._span),
             kind=SpanKind.CLIENT,
+            attributes=start_attrs,
         )
         if span.is_recording():
-            span.set_attribute(sc.GEN_AI_OPERATION_NAME, "chat")
-            if c.provider_name:
-                span.set_attribute(sc.GEN_AI_PROVIDER_NAME, c.provider_name)
-            if model:
-                span.set_attribute(sc.GEN_AI_REQUEST_MODEL, model)
-            span.set_attribute(sc.BM_TURN, number)
             span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
             if grace:
                 span.set_attribute("budgetmix.grace_turn", True)
@@ -340,15 +341,16 @@ class Episode:
         turn = self.turn_number
         calls = []
         for name, cid in zip(names, ids, strict=True):
+            attrs: dict[str, str] = {
+                sc.GEN_AI_OPERATION_NAME: "execute_tool",
+                sc.GEN_AI_TOOL_NAME: name,
+                sc.GEN_AI_TOOL_TYPE: "function",
+            }
+            if cid:
+                attrs[sc.GEN_AI_TOOL_CALL_ID] = cid
             span = self.controller.tracer.start_span(
-                f"execute_tool {name}", context=ctx, kind=SpanKind.INTERNAL
+                f"execute_tool {name}", context=ctx, kind=SpanKind.INTERNAL, attributes=attrs
             )
-            if span.is_recording():
-                span.set_attribute(sc.GEN_AI_OPERATION_NAME, "execute_tool")
-                span.set_attribute(sc.GEN_AI_TOOL_NAME, name)
-                span.set_attribute(sc.GEN_AI_TOOL_TYPE, "function")
-                if cid:
-                    span.set_attribute(sc.GEN_AI_TOOL_CALL_ID, cid)
             calls.append(ToolCall(self, name, cid, turn, span))
         return calls
 
@@ -461,6 +463,11 @@ class Episode:
         self.transcript.append(message)
 
     # -- ending ------------------------------------------------------------------------
+    def set_output(self, output: Any) -> None:
+        """Attach an output (e.g. a grace turn's best-effort answer) without ending the
+        episode; it becomes ``result.final_output``."""
+        self._output = output
+
     def finish(self, success: bool, output: Any = None) -> EpisodeResult:
         """End the episode as a success or a failure (before the ``with`` block exits).
 
@@ -474,7 +481,8 @@ class Episode:
             raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
         if success and self._tracker.unrecovered:
             self.record_step(ok=True, progress=True)
-        self._output = output
+        if output is not None:
+            self._output = output
         if success:
             return self._close(EpisodeStatus.SUCCESS, None)
         if self._exhausted is not None:

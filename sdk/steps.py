@@ -30,6 +30,14 @@ __all__ = ["ToolCall", "Turn"]
 T = TypeVar("T")
 
 
+def _set_content(span: Span, key: str, value: Any) -> None:
+    """Opt-in content goes on the span with credentials masked (never a secret in a trace)."""
+    from budgetmix.telemetry import redact_attributes
+
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    span.set_attributes(redact_attributes({key: text}))
+
+
 class Turn:
     """One charged model turn. ``notice`` is the text to inject (``None`` when the
     notice policy is silent this turn); ``grace`` marks the tool-less wrap-up turn."""
@@ -99,9 +107,9 @@ class Turn:
         if not (self.episode.controller.capture_content and span.is_recording()):
             return
         if input_messages is not None:
-            span.set_attribute(sc.GEN_AI_INPUT_MESSAGES, json.dumps(input_messages, default=str))
+            _set_content(span, sc.GEN_AI_INPUT_MESSAGES, input_messages)
         if output_messages is not None:
-            span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, json.dumps(output_messages, default=str))
+            _set_content(span, sc.GEN_AI_OUTPUT_MESSAGES, output_messages)
 
     def add_event(
         self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None
@@ -206,6 +214,11 @@ class ToolCall:
         self.error: str | None = None
         self.result: Any = None
 
+    def record_arguments(self, arguments: Any) -> None:
+        """Attach the call's arguments to its span, only when content capture is enabled."""
+        if self.episode.controller.capture_content and self._span.is_recording():
+            _set_content(self._span, sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
+
     def succeed(self, result: Any = None) -> None:
         """Mark the call successful (a recovery if mistakes were pending)."""
         if self.ok is not None:
@@ -213,7 +226,7 @@ class ToolCall:
         self.ok, self.result = True, result
         ep = self.episode
         if ep.controller.capture_content and self._span.is_recording() and result is not None:
-            self._span.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, json.dumps(result, default=str))
+            _set_content(self._span, sc.GEN_AI_TOOL_CALL_RESULT, result)
         ep._tool_finished(self, mistake=None, detail="")
         self._span.end()
 

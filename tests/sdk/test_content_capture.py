@@ -1,0 +1,60 @@
+"""Opt-in content capture: content reaches spans only when enabled, and never a secret."""
+
+from __future__ import annotations
+
+from budgetmix import Budget, BudgetController
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _run(capture: bool) -> list[dict[str, object]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    controller = BudgetController(
+        Budget(turns=2), tracer_provider=provider, capture_content=capture
+    )
+    with controller.episode() as ep:
+        turn = ep.begin_turn(model="m")
+        turn.record_content(
+            input_messages=[{"role": "user", "content": f"my key is {SECRET}"}],
+            output_messages=[{"role": "assistant", "content": "noted"}],
+        )
+        (call,) = ep.tool_batch(["lookup"], ["c1"])
+        call.record_arguments({"api_key": SECRET, "q": "weather"})
+        call.succeed({"answer": "sunny"})
+        ep.finish(success=True, output="done")
+    return [dict(s.attributes or {}) for s in exporter.get_finished_spans()]
+
+
+def test_content_is_off_by_default() -> None:
+    attrs = _run(capture=False)
+    keys = {k for a in attrs for k in a}
+    assert not keys & {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+
+
+def test_captured_content_is_present_but_redacted() -> None:
+    attrs = _run(capture=True)
+    merged = {k: v for a in attrs for k, v in a.items()}
+    assert "weather" in str(merged["gen_ai.tool.call.arguments"])
+    assert "sunny" in str(merged["gen_ai.tool.call.result"])
+    assert "noted" in str(merged["gen_ai.output.messages"])
+    assert SECRET not in repr(attrs)
+
+
+def test_set_output_survives_to_the_result() -> None:
+    controller = BudgetController(Budget(turns=1))
+    with controller.episode() as ep:
+        ep.begin_turn()
+        ep.set_output("best effort")
+    assert ep.result is not None
+    assert ep.result.final_output == "best effort"
+    assert ep.result.status == "failed"  # ended without finish() and without a refusal
