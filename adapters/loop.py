@@ -181,6 +181,7 @@ class _AgentLoop:
         )
         if turn.grace:
             self.output, self.grace_answer = response.text, True
+            self.episode.set_output(response.text)
             if response.tool_calls:
                 self.ignored = response.tool_calls
                 names = ", ".join(c.name for c in response.tool_calls)
@@ -213,6 +214,7 @@ class _AgentLoop:
         """Record each call's outcome (in call order, so events are deterministic)."""
         for planned, outcome in zip(batch, outcomes, strict=True):
             call, req = planned.call, planned.request
+            call.record_arguments(req.arguments)
             if isinstance(planned.prepared, ToolArgumentError):
                 call.fail(planned.prepared.message, kind=planned.prepared.kind)
                 self._tool_message(req, planned.prepared.message, is_error=True)

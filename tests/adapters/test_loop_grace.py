@@ -47,6 +47,7 @@ def test_grace_turn_gives_a_best_effort_answer() -> None:
     assert run.status is EpisodeStatus.BUDGET_EXHAUSTED
     assert run.result.grace_turn
     assert run.grace_answer and run.output == "probably 42"
+    assert run.result.final_output == "probably 42"  # the best-effort answer is on the result
     assert run.messages[-1].content == "probably 42"
     assert [e.kind for e in run.result.events].count("grace_turn") == 1
 
