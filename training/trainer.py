@@ -308,7 +308,10 @@ class Trainer:
             scale_rewards=cfg.scale_rewards,
         )
         advantages = torch.tensor(adv, dtype=torch.float32)
-        old = self._frozen_logprobs(rollouts, self.policy)
+        # One epoch over one minibatch: the policy has not moved yet, so the old log-probs
+        # are the current ones (detached) and a second forward pass would be wasted.
+        on_policy = cfg.ppo_epochs == 1 and len(rollouts) <= cfg.minibatch_size
+        old = None if on_policy else self._frozen_logprobs(rollouts, self.policy)
         ref = (
             self._frozen_logprobs(rollouts, self.ref_model) if self.ref_model is not None else None
         )
@@ -319,7 +322,7 @@ class Trainer:
             width = logp.shape[1]
             out = policy_loss(
                 logp,
-                old[sl][:, :width].to(dev),
+                logp.detach() if old is None else old[sl][:, :width].to(dev),
                 advantages[sl].to(dev),
                 batch.loss_mask.to(dev),
                 clip_eps=cfg.clip_eps,
