@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 def _set_content(span: Span, key: str, value: Any) -> None:
     """Opt-in content goes on the span with credentials masked (never a secret in a trace)."""
-    from budgetmix.telemetry import redact_attributes
+    from budgetmix.redaction import redact_attributes
 
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     span.set_attributes(redact_attributes({key: text}))

@@ -24,21 +24,19 @@ What it builds:
 from __future__ import annotations
 
 import atexit
-import functools
-import json
 import logging
-import math
 import os
-import re
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, get_args
+from typing import Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from budgetmix.exceptions import ConfigError, MissingExtraError
+from budgetmix.jsonl_export import JsonlSpanExporter, read_jsonl_spans, span_to_dict
+from budgetmix.redaction import REDACTED, RedactingSpanExporter, redact_attributes
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -47,15 +45,13 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.trace import Link, Status
-from opentelemetry.util.types import Attributes, AttributeValue
 
 __all__ = [
     "DEFAULT_MAX_EXPORT_BATCH_SIZE",
@@ -81,294 +77,6 @@ DEFAULT_MAX_EXPORT_BATCH_SIZE = 512
 _DEFAULT_SERVICE_NAME = "budgetmix"
 
 # ---------------------------------------------------------------- redaction
-
-REDACTED = "[REDACTED]"
-# Attribute keys whose whole value is a credential: matched on the end of the key so
-# `http.request.header.authorization` and `x-api-key` match, `gen_ai.usage.input_tokens` not.
-_SECRET_KEY = re.compile(
-    r"(?:^|[._\-])(?:authorization|api[_\-]?key|apikey|secret|password|passwd|"
-    r"(?:access|refresh|auth|id|session|bearer)[_\-]token|cookie|private[_\-]key)$",
-    re.IGNORECASE,
-)
-# Credentials recognisable by their shape, wherever they appear inside a string.
-_SECRET_VALUE = re.compile(
-    r"\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI (sk-, sk-proj-) and Anthropic (sk-ant-) keys
-    r"|\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\bhf_[A-Za-z0-9]{20,}|\bxox[abprs]-[A-Za-z0-9\-]{10,}"
-    r"|\bAKIA[0-9A-Z]{16}\b|\bAIza[0-9A-Za-z_\-]{30,}"
-)
-
-
-def _scrub_text(text: str) -> str:
-    return _SECRET_VALUE.sub(REDACTED, text)
-
-
-def _scrub_value(value: AttributeValue) -> AttributeValue:
-    if isinstance(value, str):
-        return _scrub_text(value)
-    if isinstance(value, Sequence) and any(isinstance(v, str) for v in value):
-        return tuple(_scrub_text(v) if isinstance(v, str) else v for v in value)
-    return value
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_secret_key(key: str) -> bool:
-    # Spans repeat the same few keys: cache the verdict instead of re-running the regex.
-    return _SECRET_KEY.search(key) is not None
-
-
-def redact_attributes(attributes: Attributes) -> dict[str, AttributeValue]:
-    """Return a copy of ``attributes`` with credentials masked as :data:`REDACTED`.
-
-    A key named like a credential (``authorization``, ``api_key``, ``x-api-key``,
-    ``*_secret``, ``password``, ``*_token`` other than usage counts, ``cookie``) has
-    its whole value replaced; inside any other string value, substrings shaped like
-    keys (``sk-...``, ``sk-ant-...``, ``Bearer ...``, GitHub/HF/Slack/AWS/Google
-    tokens) are replaced. Never raises.
-    """
-    out: dict[str, AttributeValue] = {}
-    for key, value in (attributes or {}).items():
-        out[key] = REDACTED if _is_secret_key(key) else _scrub_value(value)
-    return out
-
-
-def _has_secret(attributes: Attributes) -> bool:
-    for key, value in (attributes or {}).items():
-        if _is_secret_key(key):
-            return True
-        if isinstance(value, str):
-            if _SECRET_VALUE.search(value):
-                return True
-        elif isinstance(value, Sequence) and any(
-            isinstance(v, str) and _SECRET_VALUE.search(v) for v in value
-        ):
-            return True
-    return False
-
-
-def _redacted_or_none(attributes: Attributes) -> dict[str, AttributeValue] | None:
-    """The redacted copy, or None when nothing needs masking (the common, copy-free case)."""
-    return redact_attributes(attributes) if _has_secret(attributes) else None
-
-
-class _RedactedSpan(ReadableSpan):
-    """A redacted copy that keeps the original's dropped-item counts for the exporters."""
-
-    def __init__(self, original: ReadableSpan, **fields: Any) -> None:
-        super().__init__(**fields)
-        self._original = original
-
-    @property
-    def dropped_attributes(self) -> int:
-        return self._original.dropped_attributes
-
-    @property
-    def dropped_events(self) -> int:
-        return self._original.dropped_events
-
-    @property
-    def dropped_links(self) -> int:
-        return self._original.dropped_links
-
-
-class RedactingSpanExporter(SpanExporter):
-    """Wraps an exporter so no credential on a span, event, link or resource reaches it.
-
-    Span names, status descriptions, attribute values (span, event, link, resource)
-    are scrubbed with the rules of :func:`redact_attributes`. Spans that need no
-    masking are passed through unchanged, so the cost is one regex scan per string.
-    """
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self._resource_cache: tuple[Resource, Resource] | None = None
-
-    def _resource(self, resource: Resource) -> Resource:
-        # One provider has one resource: cache its redacted copy instead of re-scanning.
-        cached = self._resource_cache
-        if cached is not None and cached[0] is resource:
-            return cached[1]
-        attrs = _redacted_or_none(resource.attributes)
-        redacted = resource if attrs is None else Resource(attrs, resource.schema_url)
-        self._resource_cache = (resource, redacted)
-        return redacted
-
-    def _is_clean(self, span: ReadableSpan, resource: Resource) -> bool:
-        return (
-            resource is span.resource
-            and not _has_secret(span.attributes)
-            and not _SECRET_VALUE.search(span.name)
-            and not _SECRET_VALUE.search(span.status.description or "")
-            and not any(
-                _has_secret(e.attributes) or _SECRET_VALUE.search(e.name) for e in span.events
-            )
-            and not any(_has_secret(link.attributes) for link in span.links)
-        )
-
-    def redact(self, span: ReadableSpan) -> ReadableSpan:
-        """Return ``span`` itself when clean, else a masked copy."""
-        resource = self._resource(span.resource)
-        if self._is_clean(span, resource):
-            return span
-        status = span.status
-        if status.description:
-            status = Status(status.status_code, _scrub_text(status.description))
-        return _RedactedSpan(
-            span,
-            name=_scrub_text(span.name),
-            context=span.context,
-            parent=span.parent,
-            resource=resource,
-            attributes=redact_attributes(span.attributes),
-            events=[
-                Event(_scrub_text(e.name), redact_attributes(e.attributes), e.timestamp)
-                for e in span.events
-            ],
-            links=[Link(link.context, redact_attributes(link.attributes)) for link in span.links],
-            kind=span.kind,
-            status=status,
-            start_time=span.start_time,
-            end_time=span.end_time,
-            instrumentation_scope=span.instrumentation_scope,
-        )
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Redact, then hand the batch to the wrapped exporter."""
-        return self.inner.export([self.redact(span) for span in spans])
-
-    def shutdown(self) -> None:
-        """Shut the wrapped exporter down."""
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Flush the wrapped exporter."""
-        return self.inner.force_flush(timeout_millis)
-
-
-# ---------------------------------------------------------------- JSONL
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/Infinity
-    if isinstance(value, (tuple, list)):
-        return [_json_value(v) for v in value]
-    return value
-
-
-def _json_attrs(attributes: Attributes) -> dict[str, Any]:
-    return {k: _json_value(v) for k, v in (attributes or {}).items()}
-
-
-def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
-    """The JSON-ready form of a finished span (one line of a JSONL trace file).
-
-    Keys: ``name``, ``trace_id``/``span_id``/``parent_span_id`` (hex, parent None
-    for a root), ``kind`` and ``status.code`` (enum names), ``start_ns``/``end_ns``,
-    ``attributes``, ``events`` (``name``, ``time_ns``, ``attributes``), ``links``,
-    ``resource`` (attributes) and ``scope`` (instrumentation scope name/version).
-    """
-    ctx = span.context
-    scope = span.instrumentation_scope
-    return {
-        "name": span.name,
-        "trace_id": trace.format_trace_id(ctx.trace_id) if ctx else None,
-        "span_id": trace.format_span_id(ctx.span_id) if ctx else None,
-        "parent_span_id": trace.format_span_id(span.parent.span_id) if span.parent else None,
-        "kind": span.kind.name,
-        "start_ns": span.start_time,
-        "end_ns": span.end_time,
-        "status": {"code": span.status.status_code.name, "description": span.status.description},
-        "attributes": _json_attrs(span.attributes),
-        "events": [
-            {"name": e.name, "time_ns": e.timestamp, "attributes": _json_attrs(e.attributes)}
-            for e in span.events
-        ],
-        "links": [
-            {
-                "trace_id": trace.format_trace_id(link.context.trace_id),
-                "span_id": trace.format_span_id(link.context.span_id),
-                "attributes": _json_attrs(link.attributes),
-            }
-            for link in span.links
-        ],
-        "resource": _json_attrs(span.resource.attributes),
-        "scope": {"name": scope.name, "version": scope.version} if scope else None,
-    }
-
-
-class JsonlSpanExporter(SpanExporter):
-    """Appends one JSON object per span (see :func:`span_to_dict`) to a file.
-
-    Each batch is written with one call and flushed, under a lock, so concurrent
-    exports never interleave lines and a crash loses at most the batch in flight.
-
-    Raises:
-        ConfigError: the file cannot be opened for appending (``path``).
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"path: cannot append to {self.path}: {exc}") from exc
-        self._lock = threading.Lock()
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Write the batch; FAILURE after shutdown or on an I/O error (logged)."""
-        text = "".join(
-            json.dumps(span_to_dict(span), separators=(",", ":"), default=str) + "\n"
-            for span in spans
-        )
-        with self._lock:
-            if self._file is None:
-                return SpanExportResult.FAILURE
-            try:
-                self._file.write(text)
-                self._file.flush()
-            except OSError:
-                _logger.exception("budgetmix: writing spans to %s failed", self.path)
-                return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Batches are flushed as written; nothing is pending."""
-        return True
-
-    def shutdown(self) -> None:
-        """Close the file; later exports fail."""
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-
-def read_jsonl_spans(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSONL trace file written by :class:`JsonlSpanExporter`, in file order.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ConfigError: a line is not a JSON object (the message names path and line).
-    """
-    spans: list[dict[str, Any]] = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"path: {path}:{lineno} is not JSON: {exc}") from exc
-            if not isinstance(record, dict):
-                raise ConfigError(f"path: {path}:{lineno} is not a JSON object")
-            spans.append(record)
-    return spans
-
-
-# ---------------------------------------------------------------- processor
 
 
 @dataclass(frozen=True)
