@@ -110,6 +110,7 @@ class TrainConfig:
     output_dir: str = "runs/train"
     save_every: int = 10
     eval_episodes: int = 0
+    eval_budgets: tuple[int, ...] | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -148,6 +149,15 @@ class TrainConfig:
             self.budget_sampler()
         except ConfigError as exc:
             raise ConfigError(f"TrainConfig.sampler: {exc}") from None
+        if self.eval_budgets is not None:
+            budgets = tuple(self.eval_budgets)
+            if not budgets or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in budgets
+            ):
+                raise ConfigError(
+                    f"TrainConfig.eval_budgets must be integers >= 1, got {self.eval_budgets!r}"
+                )
+            object.__setattr__(self, "eval_budgets", budgets)
         if self.max_new_tokens >= self.max_total_tokens:
             raise ConfigError("TrainConfig.max_new_tokens must be below max_total_tokens")
 
@@ -160,6 +170,8 @@ class TrainConfig:
         data = asdict(self)
         data["env_kwargs"] = dict(self.env_kwargs)
         data["sampler"] = dict(self.sampler)
+        if self.eval_budgets is not None:
+            data["eval_budgets"] = list(self.eval_budgets)
         return data
 
     @classmethod

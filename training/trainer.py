@@ -405,7 +405,8 @@ class Trainer:
         return d
 
     def evaluate(self, episodes_per_budget: int) -> dict[str, Any]:
-        """Success per budget of the sampler's support on held-out seeds (never trained on)."""
+        """Success per budget (``eval_budgets`` or the sampler's support) on held-out seeds."""
+        cfg_budgets = self.config.eval_budgets
         gen_state = self.sample_gen.get_state()
         self.sample_gen.manual_seed(10**6 + self.config.seed)
         seeds = range(
@@ -413,7 +414,7 @@ class Trainer:
         )
         specs = [
             EpisodeSpec(task=self._task(s), budget=BudgetDraw(turns=t, sampler="eval"), group=i)
-            for t in self.sampler.support()
+            for t in (cfg_budgets or self.sampler.support())
             for i, s in enumerate(seeds)
         ]
         rollouts = run_rollouts(
