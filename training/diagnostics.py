@@ -1,0 +1,562 @@
+"""The paper's diagnostics as library functions: step-level action quality, budget curves, recovery.
+
+Policies are batched callables ``policy(points) -> actions``: one action text per
+:class:`DecisionPoint` (the state, the turns left, and the exact chat an LM would
+see, notices included). :func:`pointwise` lifts a one-point function.
+
+* :func:`run_episodes` plays tasks under a turn budget (a real
+  :class:`~budgetmix.ledger.Ledger`, notices rendered by the SDK's renderer exactly
+  as in training rollouts) and records every decision point.
+* :func:`compare_actions` -- from the *same* decision points, which of two
+  policies picks the better action, by a Q-function: exact finite-horizon values
+  for FrozenLake (:func:`frozenlake_q`) or Monte Carlo (:func:`monte_carlo_q`).
+  Reported overall and restricted to points right after a mistake (the paper:
+  RL better in ~43% of FrozenLake states overall, ~66% right after a mistake).
+* :func:`success_curve` -- success vs turn budget T with Wilson intervals
+  (budget extrapolation: a policy trained at one T, evaluated shorter and longer).
+* :func:`recovery_injection` -- force a mistake at turn ``s`` and measure how
+  often the policy still succeeds within the remaining budget.
+
+A *mistake* is a step the environment labels as one (invalid reply, bumping into
+the edge, ...) or, when a Q-function is given, an action that loses more than
+``mistake_tol`` success probability against the best action. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from budgetmix.budget import Budget
+from budgetmix.evaluation.passk import wilson_interval
+from budgetmix.exceptions import ConfigError
+from budgetmix.ledger import Ledger
+from budgetmix.training.chat import environment_message
+from budgetmix.training.envs.base import Environment, Task
+from budgetmix.training.envs.faulty_tools import unwrap
+from budgetmix.training.envs.frozenlake_oracle import (
+    ACTIONS,
+    FrozenLakeModel,
+    discounted_values,
+    finite_horizon_values,
+)
+from budgetmix.training.experiment_env import parse_move
+
+__all__ = [
+    "ActionComparison",
+    "CurvePoint",
+    "DecisionPoint",
+    "EpisodeTrace",
+    "Policy",
+    "QFunction",
+    "RecoveryResult",
+    "compare_actions",
+    "frozenlake_oracle_policy",
+    "frozenlake_q",
+    "frozenlake_reseed",
+    "invalid_reply",
+    "monte_carlo_q",
+    "pointwise",
+    "recovery_injection",
+    "run_episodes",
+    "success_curve",
+    "worst_action",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionPoint:
+    """One state where a policy must act.
+
+    ``turn`` is 1-based; ``turns_remaining`` counts this turn. ``messages`` is the
+    chat so far (system instructions, then user/assistant turns, ending with the
+    user message that carries this turn's observation and notice). ``actions``
+    are the earlier action texts (for replay); ``after_mistake`` says whether the
+    previous step was a mistake.
+    """
+
+    task_id: str
+    seed: int
+    turn: int
+    turns_total: int
+    turns_remaining: int
+    state: Hashable
+    observation: str
+    messages: tuple[Mapping[str, str], ...] = field(repr=False)
+    actions: tuple[str, ...] = ()
+    after_mistake: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeTrace:
+    """One played episode: its decision points and outcome."""
+
+    task_id: str
+    seed: int
+    budget: int
+    points: tuple[DecisionPoint, ...]
+    actions: tuple[str, ...]
+    mistakes: tuple[bool, ...]
+    success: bool
+    termination: str
+
+
+#: Batched policy: one action text per decision point, in order.
+Policy = Callable[[Sequence[DecisionPoint]], Sequence[str]]
+#: Success probability of taking ``action`` at ``point`` and then acting well (or as a
+#: continuation policy does) for the remaining turns.
+QFunction = Callable[[DecisionPoint, str], float]
+#: Reads a hashable state snapshot from a live environment.
+Snapshot = Callable[[Environment], Hashable]
+
+
+def pointwise(fn: Callable[[DecisionPoint], str]) -> Policy:
+    """A batched policy from a one-point function."""
+
+    def policy(points: Sequence[DecisionPoint]) -> list[str]:
+        return [fn(p) for p in points]
+
+    return policy
+
+
+def default_snapshot(env: Environment) -> Hashable:
+    """``state`` of the innermost environment (FrozenLake's cell), or ``None``."""
+    state: Hashable = getattr(unwrap(env), "state", None)
+    return state
+
+
+class _Live:
+    """An episode in progress: environment, ledger, chat, history."""
+
+    def __init__(self, task: Task, budget: int, fmt: str, snapshot: Snapshot) -> None:
+        self.task, self.budget, self.fmt, self.snapshot = task, budget, fmt, snapshot
+        self.env = task.make_env()
+        self.ledger = Ledger(Budget(turns=budget), clock=lambda: 0.0)
+        observation = self.env.reset(task.seed)
+        self.ledger.try_charge_turn()
+        self.messages: list[Mapping[str, str]] = [
+            {"role": "system", "content": self.env.instructions()}
+        ]
+        self.observation = observation
+        self._push_user(observation)
+        self.actions: list[str] = []
+        self.mistakes: list[bool] = []
+        self.points: list[DecisionPoint] = []
+        self.termination: str | None = None
+        self.success = False
+
+    def _push_user(self, observation: str) -> None:
+        state = self.ledger.state(in_turn=True)
+        self.messages.append(
+            {"role": "user", "content": environment_message(observation, state, self.fmt)}
+        )
+
+    def point(self) -> DecisionPoint:
+        state = self.ledger.state(in_turn=True)
+        p = DecisionPoint(
+            task_id=self.task.task_id,
+            seed=self.task.seed,
+            turn=state.turn_number,
+            turns_total=self.budget,
+            turns_remaining=state.turns_remaining,
+            state=self.snapshot(self.env),
+            observation=self.observation,
+            messages=tuple(self.messages),
+            actions=tuple(self.actions),
+            after_mistake=bool(self.mistakes and self.mistakes[-1]),
+        )
+        self.points.append(p)
+        return p
+
+    def apply(self, point: DecisionPoint, action: str, q: QFunction | None, tol: float) -> None:
+        mistake = False
+        if q is not None:
+            mistake = _loss(q, point, action) > tol
+        result = self.env.step(action)
+        label = result.label
+        mistake = mistake or not label.valid or label.mistake is not None
+        self.actions.append(action)
+        self.mistakes.append(mistake)
+        self.messages.append({"role": "assistant", "content": action})
+        self.observation = result.observation
+        if result.done:
+            self.success = result.success
+            self.termination = "success" if result.success else "failure"
+        elif self.ledger.try_charge_turn() is not None:
+            self.termination = "budget_exhausted"
+        else:
+            self._push_user(result.observation)
+
+    def trace(self) -> EpisodeTrace:
+        return EpisodeTrace(
+            task_id=self.task.task_id,
+            seed=self.task.seed,
+            budget=self.budget,
+            points=tuple(self.points),
+            actions=tuple(self.actions),
+            mistakes=tuple(self.mistakes),
+            success=self.success,
+            termination=self.termination or "budget_exhausted",
+        )
+
+
+def _loss(q: QFunction, point: DecisionPoint, action: str) -> float:
+    """How much success probability ``action`` loses against the best move in :data:`ACTIONS`."""
+    best = max(q(point, a) for a in ACTIONS)
+    return best - q(point, action)
+
+
+def run_episodes(
+    tasks: Sequence[Task],
+    policy: Policy,
+    budget: int,
+    *,
+    notice_format: str = "v1-compact",
+    snapshot: Snapshot = default_snapshot,
+    q: QFunction | None = None,
+    mistake_tol: float = 0.01,
+    force: Mapping[int, Callable[[DecisionPoint], str]] | None = None,
+) -> list[EpisodeTrace]:
+    """Play every task once under ``budget`` turns, all episodes stepped together.
+
+    ``force`` maps a 1-based turn to a function whose action replaces the
+    policy's at that turn (mistake injection). The mistake test against ``q``
+    uses the action candidates of :data:`ACTIONS` (FrozenLake's moves).
+
+    Raises:
+        ConfigError: ``budget`` < 1 or the policy returns the wrong number of actions.
+    """
+    if budget < 1:
+        raise ConfigError(f"budget: must be >= 1, got {budget}")
+    live = [_Live(t, budget, notice_format, snapshot) for t in tasks]
+    forced = dict(force or {})
+    while active := [ep for ep in live if ep.termination is None]:
+        points = [ep.point() for ep in active]
+        actions = list(policy(points))
+        if len(actions) != len(points):
+            raise ConfigError("policy: must return one action per decision point")
+        for ep, p, action in zip(active, points, actions, strict=True):
+            chosen = forced[p.turn](p) if p.turn in forced else action
+            ep.apply(p, chosen, q, mistake_tol)
+    return [ep.trace() for ep in live]
+
+
+# -- Q-functions ---------------------------------------------------------------------------
+def frozenlake_q(
+    model: FrozenLakeModel, *, parse: Callable[[str], int | None] = parse_move
+) -> QFunction:
+    """Exact ``Q[turns_remaining][cell][action]`` from finite-horizon value iteration.
+
+    An unparseable action leaves the agent in place and uses the turn, so its
+    value is ``V[turns_remaining - 1][cell]``. ``point.state`` must be the cell index.
+    """
+    tables: dict[str, Any] = {}
+
+    def q(point: DecisionPoint, action: str) -> float:
+        k = point.turns_remaining
+        if "q" not in tables or tables["q"].shape[0] <= k:
+            tables["v"], tables["q"] = finite_horizon_values(model, max(k, 64))
+        cell = int(point.state)  # type: ignore[call-overload]
+        move = parse(action)
+        if move is None:
+            return float(tables["v"][k - 1][cell])
+        return float(tables["q"][k][cell][move])
+
+    return q
+
+
+def frozenlake_reseed(env: Environment, seed: int) -> None:
+    """Reseed the slips of a live FrozenLake episode (for Monte Carlo continuations).
+
+    Relies on ``FrozenLakeEnv`` keeping its gymnasium env in ``_gym``.
+    """
+    import numpy as np
+
+    unwrap(env)._gym.unwrapped.np_random = np.random.default_rng(seed)  # type: ignore[attr-defined]
+
+
+def monte_carlo_q(
+    tasks: Sequence[Task],
+    continuation: Policy,
+    *,
+    n: int = 32,
+    notice_format: str = "v1-compact",
+    snapshot: Snapshot = default_snapshot,
+    reseed: Callable[[Environment, int], None] | None = None,
+    max_attempts: int = 50,
+    seed: int = 0,
+) -> QFunction:
+    """Monte Carlo Q: reach the point's state again, take the action, then run ``continuation``.
+
+    The state is reached by replaying ``point.actions`` in a fresh environment of
+    the point's task (looked up in ``tasks`` by ``task_id``). With ``reseed`` the
+    environment's randomness is reseeded after the replay, once per sample;
+    without it, each sample replays from a different reset seed and only replays
+    that end in the same ``snapshot`` count (rejection; a sample is dropped after
+    ``max_attempts`` misses). The estimate is the mean success over the kept
+    samples (0.0 when none was kept).
+
+    Raises:
+        ConfigError: ``n`` < 1, a point of an unknown task, or (with ``reseed``)
+            a replay that does not reach the recorded state.
+    """
+    if n < 1:
+        raise ConfigError(f"n: must be >= 1, got {n}")
+    registry = {t.task_id: t for t in tasks}
+
+    def q(point: DecisionPoint, action: str) -> float:
+        task = registry.get(point.task_id)
+        if task is None:
+            raise ConfigError(f"monte_carlo_q: unknown task {point.task_id!r}")
+        rng = random.Random(f"mc:{seed}:{point.task_id}:{point.seed}:{point.turn}:{action}")
+        wins = total = 0
+        for i in range(n):
+            ep = _replayed(task, point, notice_format, snapshot, reseed, rng, i, max_attempts)
+            if ep is None:
+                continue
+            total += 1
+            ep.apply(ep.point(), action, None, 0.0)
+            while ep.termination is None:
+                nxt = ep.point()
+                ep.apply(nxt, continuation([nxt])[0], None, 0.0)
+            wins += int(ep.success)
+        return wins / total if total else 0.0
+
+    return q
+
+
+def _replayed(
+    task: Task,
+    point: DecisionPoint,
+    fmt: str,
+    snapshot: Snapshot,
+    reseed: Callable[[Environment, int], None] | None,
+    rng: random.Random,
+    sample: int,
+    max_attempts: int,
+) -> _Live | None:
+    attempts = 1 if reseed is not None else max_attempts
+    for _ in range(attempts):
+        seed = task.seed if reseed is not None else rng.randrange(2**31)
+        replay = Task(task_id=task.task_id, make_env=task.make_env, seed=seed)
+        ep = _Live(replay, point.turns_total, fmt, snapshot)
+        for a in point.actions:
+            ep.apply(ep.point(), a, None, 0.0)
+            if ep.termination is not None:
+                break
+        if ep.termination is None and snapshot(ep.env) == point.state:
+            if reseed is not None:
+                reseed(ep.env, rng.randrange(2**31) + sample)
+            ep.points.clear()
+            return ep
+        if reseed is not None:
+            raise ConfigError("monte_carlo_q: replaying the actions did not reach the same state")
+    return None
+
+
+# -- policies and forced mistakes --------------------------------------------------------
+def frozenlake_oracle_policy(
+    model: FrozenLakeModel,
+    *,
+    budget_blind: bool = False,
+    moves: Sequence[str] = ACTIONS,
+    gamma: float = 0.999,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> Policy:
+    """The exact optimum as a policy (``argmax Q[turns_remaining]``, ties to the fastest move).
+
+    ``budget_blind`` acts on the ``gamma``-discounted stationary policy instead.
+    ``noise`` replaces the move by a random other one with that probability (the
+    noisy demonstrator); ``moves`` are the texts of action ids 0..3.
+    """
+    import numpy as np
+
+    v_gamma, stationary = discounted_values(model, gamma)
+    q_gamma = model.transitions @ v_gamma
+    q = frozenlake_q(model, parse=lambda text: ACTIONS.index(text) if text in ACTIONS else None)
+    rng = random.Random(f"oracle:{seed}")
+
+    def one(point: DecisionPoint) -> str:
+        cell = int(point.state)  # type: ignore[call-overload]
+        if budget_blind:
+            best = int(stationary[cell])
+        else:
+            values = np.array([q(point, a) for a in ACTIONS])
+            optimal = values >= values.max() - 1e-12
+            best = int(np.where(optimal, q_gamma[cell], -np.inf).argmax())
+        if noise and rng.random() < noise:
+            best = rng.choice([a for a in range(4) if a != best])
+        return moves[best]
+
+    return pointwise(one)
+
+
+def worst_action(q: QFunction, moves: Sequence[str] = ACTIONS) -> Callable[[DecisionPoint], str]:
+    """A forced mistake: the move with the lowest Q (ties to the first)."""
+
+    def force(point: DecisionPoint) -> str:
+        return min(moves, key=lambda a: q(point, a))
+
+    return force
+
+
+def invalid_reply(text: str = "???") -> Callable[[DecisionPoint], str]:
+    """A forced mistake: an unparseable reply (the turn is spent, nothing moves)."""
+    return lambda point: text
+
+
+# -- analyses ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ActionComparison:
+    """Shares of decision points where A's action is better, tied or worse than B's (by Q).
+
+    ``*_after_mistake`` restrict to points right after a mistake; shares are
+    ``None`` when there is no such point.
+    """
+
+    n: int
+    a_better: float | None
+    tie: float | None
+    b_better: float | None
+    n_after_mistake: int
+    a_better_after_mistake: float | None
+    tie_after_mistake: float | None
+    b_better_after_mistake: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def _shares(outcomes: Sequence[int]) -> tuple[float | None, float | None, float | None]:
+    if not outcomes:
+        return None, None, None
+    n = len(outcomes)
+    return (
+        sum(o > 0 for o in outcomes) / n,
+        sum(o == 0 for o in outcomes) / n,
+        sum(o < 0 for o in outcomes) / n,
+    )
+
+
+def compare_actions(
+    points: Sequence[DecisionPoint],
+    policy_a: Policy,
+    policy_b: Policy,
+    q: QFunction,
+    *,
+    tol: float = 1e-6,
+) -> ActionComparison:
+    """From the same decision points, is A's action better than B's?
+
+    Q differences within ``tol`` count as ties. Each policy is asked once per point
+    (a sampling policy contributes one sample per point).
+    """
+    acts_a, acts_b = list(policy_a(points)), list(policy_b(points))
+    outcomes: list[int] = []
+    for p, a, b in zip(points, acts_a, acts_b, strict=True):
+        diff = q(p, a) - q(p, b)
+        outcomes.append(0 if abs(diff) <= tol else (1 if diff > 0 else -1))
+    after = [o for o, p in zip(outcomes, points, strict=True) if p.after_mistake]
+    overall, post = _shares(outcomes), _shares(after)
+    return ActionComparison(len(outcomes), *overall, len(after), *post)
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    """Success at one turn budget, with a 95% Wilson interval."""
+
+    budget: int
+    successes: int
+    episodes: int
+    rate: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def _curve_point(budget: int, wins: int, n: int) -> CurvePoint:
+    low, high = wilson_interval(wins, n) if n else (0.0, 1.0)
+    return CurvePoint(budget, wins, n, wins / n if n else 0.0, low, high)
+
+
+def success_curve(
+    tasks: Sequence[Task],
+    policy: Policy,
+    budgets: Sequence[int],
+    *,
+    notice_format: str = "v1-compact",
+) -> list[CurvePoint]:
+    """Success rate of ``policy`` at each budget (one episode per task and budget)."""
+    out = []
+    for t in budgets:
+        traces = run_episodes(tasks, policy, t, notice_format=notice_format)
+        out.append(_curve_point(t, sum(tr.success for tr in traces), len(traces)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """Mistake injection at turn ``inject_at`` under ``budget`` turns.
+
+    ``injected``: episodes still running at that turn (the mistake was forced);
+    ``recovered``: of those, how many still succeeded. ``baseline_rate``: success
+    of the same episodes (same seeds) without the injection. ``oracle_rate``: the
+    best achievable success after the injected step, averaged over the same
+    episodes (``None`` without a Q-function).
+    """
+
+    budget: int
+    inject_at: int
+    injected: int
+    recovered: int
+    rate: float
+    low: float
+    high: float
+    baseline_rate: float
+    oracle_rate: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def recovery_injection(
+    tasks: Sequence[Task],
+    policy: Policy,
+    budget: int,
+    inject_at: int,
+    forced: Callable[[DecisionPoint], str],
+    *,
+    q: QFunction | None = None,
+    notice_format: str = "v1-compact",
+) -> RecoveryResult:
+    """Force ``forced(point)`` at turn ``inject_at``; how often does ``policy`` still succeed?
+
+    Raises:
+        ConfigError: ``inject_at`` outside ``1..budget``.
+    """
+    if not 1 <= inject_at <= budget:
+        raise ConfigError(f"inject_at: must lie in 1..{budget}, got {inject_at}")
+    with_fault = run_episodes(
+        tasks, policy, budget, notice_format=notice_format, force={inject_at: forced}
+    )
+    clean = run_episodes(tasks, policy, budget, notice_format=notice_format)
+    hit = [i for i, tr in enumerate(with_fault) if len(tr.points) >= inject_at]
+    wins = sum(with_fault[i].success for i in hit)
+    base = sum(clean[i].success for i in hit) / len(hit) if hit else 0.0
+    oracle: float | None = None
+    if q is not None and hit:
+        values = []
+        for i in hit:
+            p = with_fault[i].points[inject_at - 1]
+            values.append(q(p, with_fault[i].actions[inject_at - 1]))
+        oracle = sum(values) / len(values)
+    cp = _curve_point(budget, wins, len(hit))
+    return RecoveryResult(budget, inject_at, len(hit), wins, cp.rate, cp.low, cp.high, base, oracle)
