@@ -99,7 +99,8 @@ class ModelGenerator:
     """Batched sampling from a causal LM with its KV cache.
 
     ``temperature`` scales logits before sampling; the recorded log-probs are
-    of the tempered distribution, the one the loss uses. ``generator`` makes
+    of the tempered distribution, the one the loss uses. ``temperature=0``
+    decodes greedily. ``generator`` makes
     sampling reproducible (its state is checkpointed by the trainer).
     """
 
@@ -123,9 +124,15 @@ class ModelGenerator:
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:
+        return self.generate_ids([r.context_ids for r in requests], max_new_tokens)
+
+    def generate_ids(
+        self, contexts: Sequence[Sequence[int]], max_new_tokens: int
+    ) -> list[Generation]:
+        """Next response for each context of token ids (serving needs no env or ledger)."""
         out: list[Generation] = []
-        for start in range(0, len(requests), self.batch_size):
-            chunk = [list(r.context_ids) for r in requests[start : start + self.batch_size]]
+        for start in range(0, len(contexts), self.batch_size):
+            chunk = [list(c) for c in contexts[start : start + self.batch_size]]
             out.extend(self._generate_batch(chunk, max_new_tokens))
         return out
 
@@ -153,9 +160,13 @@ class ModelGenerator:
             sampled: list[torch.Tensor] = []
             logps: list[torch.Tensor] = []
             for _ in range(max_new_tokens):
-                logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-                tok = torch.multinomial(logp.exp().cpu(), 1, generator=self.generator).to(device)
-                tok = tok.squeeze(-1)
+                if self.temperature == 0.0:  # greedy decoding (serving, evaluation)
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    tok = logp.argmax(dim=-1)
+                else:
+                    logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+                    tok = torch.multinomial(logp.exp().cpu(), 1, generator=self.generator)
+                    tok = tok.to(device).squeeze(-1)
                 tok = torch.where(done, torch.full_like(tok, self.pad), tok)
                 sampled.append(tok)
                 logps.append(logp.gather(-1, tok[:, None]).squeeze(-1))

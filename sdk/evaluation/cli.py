@@ -38,7 +38,7 @@ from budgetmix.training.envs.base import Task
 
 __all__ = ["build_agent_factory", "build_tasks", "eval_main", "load_config", "report_main"]
 
-_AGENTS = ("random", "oracle", "noisy", "local", "openai")
+_AGENTS = ("random", "oracle", "noisy", "local", "checkpoint", "openai")
 
 
 def _ints(text: str) -> list[int]:
@@ -188,6 +188,22 @@ def build_agent_factory(
         return scripted, ident
     temperature = float(cfg.get("temperature", 0.0))
     ident["temperature"] = temperature
+    if kind == "checkpoint":
+        # a budgetmix training checkpoint, driven in its training layout (token in, token out)
+        if not cfg.get("model"):
+            raise ConfigError("model: a checkpoint directory is required for agent checkpoint")
+        from budgetmix.training.models import load_pretrained
+        from budgetmix.training.serve import TrainedPolicyAgent
+
+        weights, tokenizer = load_pretrained(cfg["model"])
+        max_new = int(cfg.get("max_new_tokens", 16))
+        seed = int(cfg.get("seed", 0))
+        ident["model"] = str(cfg["model"])
+        return (
+            lambda: TrainedPolicyAgent(
+                weights, tokenizer, temperature=temperature, max_new_tokens=max_new, seed=seed
+            )
+        ), ident
     if kind == "local":
         if not cfg.get("model"):
             raise ConfigError("model: a checkpoint directory is required for agent local")

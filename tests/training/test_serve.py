@@ -1,0 +1,98 @@
+"""Serving a checkpoint: the controller-driven agent sees exactly what training rollouts saw."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from budgetmix import Budget, BudgetController, EveryTurnNotice
+from budgetmix.policies.samplers import FixedBudget
+from budgetmix.training.chat import ChatCodec
+from budgetmix.training.envs import FrozenLakeEnv
+from budgetmix.training.envs.base import Task
+from budgetmix.training.generation import ModelGenerator
+from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.serve import TrainedPolicyAgent
+
+FMT = "v1-compact"
+TURNS = 4
+
+
+def _env() -> FrozenLakeEnv:
+    return FrozenLakeEnv(map_name="4x4", slippery=False)
+
+
+def _controller_episode(agent: TrainedPolicyAgent, seed: int) -> list[str]:
+    env = _env()
+    agent.start(env, seed)
+    observation = env.reset(seed)
+    actions: list[str] = []
+    controller = BudgetController(Budget(turns=TURNS), notice=EveryTurnNotice(FMT))
+    with controller.episode() as ep:
+        for turn in ep.turns():
+            action = agent.act(observation, turn.notice, None)
+            actions.append(action)
+            result = env.step(action)
+            observation = result.observation
+            if result.done:
+                ep.finish(success=result.success)
+                break
+    return actions
+
+
+def _ends_every_response(model: Any, eos: int) -> None:
+    """An untrained model never emits EOS; bias it so every response closes (and the
+    episode runs several turns of invalid actions, each with a new notice)."""
+
+    def hook(module: Any, inputs: Any, output: Any) -> Any:
+        output[..., eos] += 1e4
+        return output
+
+    model.lm_head.register_forward_hook(hook)
+
+
+def test_controller_episode_matches_a_training_rollout_token_for_token(
+    tokenizer: Any, tiny_model: Any
+) -> None:
+    _ends_every_response(tiny_model, tokenizer.eos_token_id)
+    task = Task(task_id="fl", make_env=_env, seed=3)
+    generator = ModelGenerator(
+        tiny_model,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=0.0,
+    )
+    settings = RolloutSettings(notice_format=FMT, max_new_tokens=6, token_check="strict")
+    draw = FixedBudget(TURNS).sample(random.Random(0))
+    (rollout,) = run_rollouts(
+        [EpisodeSpec(task=task, budget=draw, group=0)], generator, ChatCodec(tokenizer), settings
+    )
+
+    agent = TrainedPolicyAgent(tiny_model, tokenizer, temperature=0.0, max_new_tokens=6)
+    actions = _controller_episode(agent, seed=3)
+
+    assert rollout.num_turns == TURNS  # every turn ran: notices of all turns are compared
+    assert actions[: rollout.num_turns] == [s.action for s in rollout.steps]
+    training_ids = list(rollout.prompt_ids) + list(rollout.response_ids)
+    served = agent._ids or []
+    n = min(len(served), len(training_ids))
+    assert n > len(rollout.prompt_ids)
+    assert served[:n] == training_ids[:n]
+
+
+def test_from_pretrained_round_trip_and_bad_options(
+    tmp_path: Path, tokenizer: Any, tiny_model: Any
+) -> None:
+    tiny_model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = TrainedPolicyAgent.from_pretrained(tmp_path, max_new_tokens=6)
+    in_memory = TrainedPolicyAgent(tiny_model, tokenizer, max_new_tokens=6)
+    assert _controller_episode(loaded, seed=1) == _controller_episode(in_memory, seed=1)
+    from budgetmix import ConfigError
+
+    with pytest.raises(ConfigError, match="temperature"):
+        TrainedPolicyAgent(tiny_model, tokenizer, temperature=-1.0)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        TrainedPolicyAgent(tiny_model, tokenizer, max_new_tokens=0)

@@ -1,0 +1,111 @@
+"""Serving a fine-tuned checkpoint: the same layout in production as in training.
+
+Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
+
+* :class:`TrainedPolicyAgent` acts in any :class:`~budgetmix.training.envs.base.Environment`
+  under the controller (it is a :class:`budgetmix.evaluation.EnvAgent`). It
+  builds its context exactly like a training rollout — token in, token out:
+  the prompt ids, then per turn the sampled ids plus the ids of
+  ``observation + "\\n" + notice`` with the notice rendered by the controller
+  (the controller's notice bytes are the bytes the model was trained on; see
+  :func:`budgetmix.training.chat.environment_message`). Earlier notices stay in
+  the context, as they did in training. ``budgetmix eval --agent checkpoint``
+  uses it.
+* :func:`chat_model` loads the checkpoint as a
+  :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
+  (``run_agent``) when a chat-style deployment is wanted instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from budgetmix.exceptions import BudgetmixError, ConfigError
+from budgetmix.training.envs.base import Environment
+
+__all__ = ["TrainedPolicyAgent", "chat_model"]
+
+
+class TrainedPolicyAgent:
+    """A trained checkpoint as an environment agent (sync ``EnvAgent``).
+
+    Args:
+        model, tokenizer: an in-memory model and its tokenizer (with chat template).
+        temperature: 0 decodes greedily; above 0 samples (seeded by ``seed``).
+        max_new_tokens: cap of one response.
+        seed: sampling seed (ignored when greedy).
+
+    Raises:
+        ConfigError: negative temperature or ``max_new_tokens`` below 1.
+    """
+
+    sees_budget = True
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        temperature: float = 0.0,
+        max_new_tokens: int = 16,
+        seed: int = 0,
+    ) -> None:
+        if temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
+        import torch
+        from budgetmix.training.chat import ChatCodec
+        from budgetmix.training.generation import ModelGenerator
+
+        self.codec = ChatCodec(tokenizer)
+        self.max_new_tokens = max_new_tokens
+        self._torch_generator = torch.Generator().manual_seed(seed)
+        self.generator = ModelGenerator(
+            model,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            temperature=temperature,
+            batch_size=1,
+            generator=self._torch_generator,
+        )
+        self._instructions = ""
+        self._ids: list[int] | None = None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **options: Any) -> TrainedPolicyAgent:
+        """Load a checkpoint directory (safetensors; never downloads, never unpickles)."""
+        from budgetmix.training.models import load_pretrained
+
+        model, tokenizer = load_pretrained(path)
+        return cls(model, tokenizer, **options)
+
+    def start(self, env: Environment, seed: int) -> None:
+        """Begin an episode in ``env`` (called once per episode by the evaluator)."""
+        self._instructions = env.instructions()
+        self._ids = None
+
+    def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
+        """The model's next action for ``observation`` under ``notice``."""
+        message = f"{observation}\n{notice}" if notice else observation
+        if self._ids is None:
+            ids = self.codec.prompt_ids(self._instructions, message)
+        else:
+            ids = self._ids + self.codec.env_message_ids(message)
+        (generation,) = self.generator.generate_ids([ids], self.max_new_tokens)
+        sampled = list(generation.ids)
+        if not generation.stopped:
+            # as in training, a response is closed by EOS before the next message
+            sampled.append(self.generator.eos)
+        self._ids = ids + sampled
+        if len(self._ids) > 100_000:
+            raise BudgetmixError("context grew past 100k tokens; the episode is runaway")
+        return self.codec.decode(sampled[:-1])
+
+
+def chat_model(path: str | Path, **options: Any) -> Any:
+    """The checkpoint as a :class:`~budgetmix.adapters.local.LocalChatModel`."""
+    from budgetmix.adapters.local import LocalChatModel
+
+    return LocalChatModel.from_pretrained(path, local_files_only=True, **options)
