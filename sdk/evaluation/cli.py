@@ -84,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--training-ceiling", type=int, help="label budgets above it extrapolated")
     p.add_argument("--fault-step", type=int, help="inject an environment failure at this step")
+    p.add_argument(
+        "--policy",
+        type=_json_mapping,
+        help="policy config as JSON (the demo's and training's format), e.g. "
+        '\'{"early_stop": {"kind": "repeated_mistakes", "n": 3}}\'',
+    )
     p.add_argument("--no-prefix-sharing", action="store_true", default=None)
     p.add_argument(
         "--on-error", choices=("raise", "record"), help="agent exceptions abort or count"
@@ -96,6 +102,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", default=None)
     p.add_argument("--n-boot", type=int, help="bootstrap resamples for intervals (default 1000)")
     return p
+
+
+def _json_mapping(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -295,6 +311,7 @@ def eval_main(argv: list[str] | None = None) -> int:
             prefix_sharing=not cfg.get("no_prefix_sharing", False),
             on_error=cfg.get("on_error", "raise"),
             identity={"env": env, "env_kwargs": env_kwargs, "agent": agent_ident},
+            policy=cfg.get("policy"),
         )
         out = Path(cfg.get("out", "runs/eval"))
         evaluator = Evaluator(factory, tasks, config)

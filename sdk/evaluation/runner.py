@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from budgetmix.accounting import DEFAULT_ACCOUNTING
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
 from budgetmix.evaluation.agents import AgentReply, AsyncEnvAgent, EnvAgent, is_async_agent
@@ -104,6 +105,11 @@ class EvalConfig:
         on_error: ``"raise"`` (abort on an agent bug) or ``"record"`` (category ``error``).
         env_in_thread: run ``env.reset``/``env.step`` in the thread pool.
         identity: what else identifies the run (env, agent); part of the fingerprint.
+        policy: a policy config mapping (``budgetmix.policies.policy_from_config``:
+            notice, exhaustion, extension, early_stop, accounting), the same one the
+            demo and training read. Its notice rule replaces ``notice_format``'s.
+            Prefix sharing is off when it extends budgets or grants a grace turn
+            (a truncated run would then differ from a real one).
 
     Raises:
         ConfigError: a bad field (named in the message).
@@ -121,8 +127,13 @@ class EvalConfig:
     on_error: Literal["raise", "record"] = "raise"
     env_in_thread: bool = True
     identity: Mapping[str, Any] = field(default_factory=dict)
+    policy: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.policy is not None:
+            from budgetmix.policies import policy_from_config
+
+            policy_from_config(self.policy)  # fail now, naming the bad field
         bs = tuple(self.budgets)
         if not bs or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bs):
             raise ConfigError(f"budgets must be integers >= 1, got {list(bs)!r}")
@@ -156,6 +167,7 @@ class EvalConfig:
             "seed": self.seed,
             "env_seed_mode": self.env_seed_mode,
             "fault_step": self.fault_step,
+            **({"policy": dict(self.policy)} if self.policy is not None else {}),
         }
 
 
@@ -211,16 +223,31 @@ class Evaluator:
         probe = agent_factory()
         self.sees_budget = bool(getattr(probe, "sees_budget", True))
         self.is_async = is_async_agent(probe)
+        policy_kwargs: dict[str, Any] = {}
+        self._truncation_safe = True
+        if config.policy is not None:
+            from budgetmix.policies import build_controller_kwargs
+
+            policy_kwargs = build_controller_kwargs(config.policy)
+            self._truncation_safe = (
+                policy_kwargs.get("extension") is None
+                and policy_kwargs.get("exhaustion", "end") != "grace"
+            )
         notice = (
             _SilentNotice()
             if config.notice_format is None or not self.sees_budget
-            else EveryTurnNotice(config.notice_format)
+            else policy_kwargs.pop("notice", None) or EveryTurnNotice(config.notice_format)
         )
-        self._controller = BudgetController(Budget(turns=1), name="eval", notice=notice)
+        policy_kwargs.pop("notice", None)
+        self._controller = BudgetController(
+            Budget(turns=1), name="eval", notice=notice, **policy_kwargs
+        )
         # derived episodes are bookkeeping, not agent runs: keep them out of traces and metrics
         self._replayer = BudgetController(
             Budget(turns=1),
             name="replay",
+            early_stop=policy_kwargs.get("early_stop"),
+            accounting=policy_kwargs.get("accounting", DEFAULT_ACCOUNTING),
             notice=_SilentNotice(),
             tracer_provider=trace.NoOpTracerProvider(),
             meter_provider=metrics.NoOpMeterProvider(),
@@ -245,7 +272,7 @@ class Evaluator:
         """The work still to do given the keys already in the results file."""
         cfg = self.config
         units: list[_Unit] = []
-        shared = cfg.prefix_sharing and not self.sees_budget
+        shared = cfg.prefix_sharing and not self.sees_budget and self._truncation_safe
         for sample in range(cfg.samples):
             if shared:
                 for task in self.tasks:
@@ -299,7 +326,9 @@ class Evaluator:
                         "samples": cfg.samples,
                         "tasks": [t.task_id for t in self.tasks],
                         "training_ceiling": cfg.training_ceiling,
-                        "prefix_sharing": cfg.prefix_sharing and not self.sees_budget,
+                        "prefix_sharing": cfg.prefix_sharing
+                        and not self.sees_budget
+                        and self._truncation_safe,
                         "concurrency": cfg.concurrency,
                     }
                 )
