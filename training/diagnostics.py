@@ -211,7 +211,7 @@ def _loss(q: QFunction, point: DecisionPoint, action: str) -> float:
 def run_episodes(
     tasks: Sequence[Task],
     policy: Policy,
-    budget: int,
+    budget: int | Sequence[int],
     *,
     notice_format: str = "v1-compact",
     snapshot: Snapshot = default_snapshot,
@@ -221,16 +221,22 @@ def run_episodes(
 ) -> list[EpisodeTrace]:
     """Play every task once under ``budget`` turns, all episodes stepped together.
 
+    ``budget`` is one turn limit for all tasks or one per task (a whole
+    Pass@(K,T) grid then runs as one batch).
     ``force`` maps a 1-based turn to a function whose action replaces the
     policy's at that turn (mistake injection). The mistake test against ``q``
     uses the action candidates of :data:`ACTIONS` (FrozenLake's moves).
 
     Raises:
-        ConfigError: ``budget`` < 1 or the policy returns the wrong number of actions.
+        ConfigError: a budget < 1, one budget per task expected, or the policy
+            returns the wrong number of actions.
     """
-    if budget < 1:
-        raise ConfigError(f"budget: must be >= 1, got {budget}")
-    live = [_Live(t, budget, notice_format, snapshot) for t in tasks]
+    budgets = [budget] * len(tasks) if isinstance(budget, int) else list(budget)
+    if len(budgets) != len(tasks):
+        raise ConfigError("budget: give one budget, or one per task")
+    if any(b < 1 for b in budgets):
+        raise ConfigError(f"budget: must be >= 1, got {min(budgets)}")
+    live = [_Live(t, b, notice_format, snapshot) for t, b in zip(tasks, budgets, strict=True)]
     forced = dict(force or {})
     while active := [ep for ep in live if ep.termination is None]:
         points = [ep.point() for ep in active]

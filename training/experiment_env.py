@@ -5,8 +5,14 @@ context, turn after turn, so :class:`CompactFrozenLake` wraps
 :class:`~budgetmix.training.envs.frozenlake.FrozenLakeEnv` (same dynamics, same
 labels, same oracle) and only changes the text:
 
-* the observation is the agent's cell, ``r<row>c<col>`` (the map is fixed and
-  stated once in the instructions);
+* the observation is the agent's cell as one letter repeated, ``E E E E E E``
+  (cells are named ``A, B, C, ...`` row by row; the map is fixed and stated once
+  in the instructions). Both choices are about what a tiny model can learn in a
+  few CPU minutes: the state sits some 40 tokens before the reply (the budget
+  notice comes last), and a 2-layer, hidden-64 model trained to map the state to
+  the demonstrator's move stayed at the marginal action distribution for 300
+  steps with ``r1c2`` or ``at E``, but learned the map in about 75 steps with
+  six copies of one letter (more attention mass on the state early on);
 * a move is one letter, ``l``/``d``/``r``/``u`` (full words are accepted too).
 
 ``inner`` exposes the wrapped env, so :func:`~budgetmix.training.envs.unwrap`,
@@ -30,8 +36,10 @@ from budgetmix.training.envs.frozenlake import FrozenLakeEnv, parse_action
 from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, stationary_policy
 
 __all__ = [
+    "CELL_NAMES",
     "COMPACT_ENV_NAME",
     "MOVE_LETTERS",
+    "OBS_REPEAT",
     "BlindNoisyDemonstrator",
     "CompactFrozenLake",
     "compact_tasks",
@@ -41,6 +49,10 @@ __all__ = [
 
 #: One letter per gymnasium action id (0 left, 1 down, 2 right, 3 up).
 MOVE_LETTERS = "ldru"
+#: Cell names, row by row (``at A`` is the top-left cell).
+CELL_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Copies of the cell letter in an observation (see the module notes).
+OBS_REPEAT = 6
 #: The name the trainer's registry knows this environment by.
 COMPACT_ENV_NAME = "frozenlake-compact"
 
@@ -55,7 +67,7 @@ def parse_move(text: str) -> int | None:
 
 
 class CompactFrozenLake:
-    """FrozenLake on a fixed map, observations ``r<row>c<col>``, one-letter moves.
+    """FrozenLake on a fixed map, observations ``<cell letter>`` x6, one-letter moves.
 
     Args:
         desc: the map rows (``S F H G``).
@@ -74,6 +86,8 @@ class CompactFrozenLake:
     ) -> None:
         self.inner = FrozenLakeEnv(desc=list(desc), slippery=slippery, success_rate=success_rate)
         self.desc = tuple(desc)
+        if len(self.desc) * len(self.desc[0]) > len(CELL_NAMES):
+            raise ConfigError(f"desc: at most {len(CELL_NAMES)} cells")
 
     @property
     def state(self) -> int:
@@ -87,11 +101,10 @@ class CompactFrozenLake:
 
     def instructions(self) -> str:
         """The map and the move letters, in one short line."""
-        return f"Ice {'/'.join(self.desc)}. Reach G, avoid H. Move: l d r u."
+        return f"Ice {'/'.join(self.desc)}, you see your cell A.. by rows. Reach G. Move: l d r u."
 
     def _obs(self) -> str:
-        row, col = self.inner.position
-        return f"r{row}c{col}"
+        return " ".join([CELL_NAMES[self.inner.state]] * OBS_REPEAT)
 
     def reset(self, seed: int) -> str:
         """Start at ``S``; ``seed`` fixes the slips."""
@@ -141,14 +154,24 @@ class BlindNoisyDemonstrator:
     """Budget-blind demonstrations: the stationary oracle move, a wrong one at ``error_rate``.
 
     Blind on purpose: the action depends on the cell only, never on the
-    notice, so a model cloned from it starts out ignoring its budget.
+    notice, so a model cloned from it starts out ignoring its budget. ``gamma``
+    picks the stationary policy (:func:`stationary_policy`): close to 1 it is
+    patient (safe, slow), lower it hurries.
     """
 
-    def __init__(self, desc: Sequence[str], success_rate: float, error_rate: float, seed: int):
+    def __init__(
+        self,
+        desc: Sequence[str],
+        success_rate: float,
+        error_rate: float,
+        seed: int,
+        *,
+        gamma: float = 0.99,
+    ) -> None:
         if not 0.0 <= error_rate <= 1.0:
             raise ConfigError(f"error_rate: must be in [0, 1], got {error_rate}")
         model = FrozenLakeModel(tuple(desc), True, success_rate)
-        self.policy = [int(a) for a in stationary_policy(model)]
+        self.policy = [int(a) for a in stationary_policy(model, gamma)]
         self.error_rate = error_rate
         self.rng = random.Random(f"blind-demo:{seed}")
 
@@ -171,7 +194,11 @@ class BlindNoisyDemonstrator:
 
 def _demo_agent(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> BlindNoisyDemonstrator:
     return BlindNoisyDemonstrator(
-        tuple(kwargs["desc"]), float(kwargs.get("success_rate", 0.8)), error_rate, seed
+        tuple(kwargs["desc"]),
+        float(kwargs.get("success_rate", 0.8)),
+        error_rate,
+        seed,
+        gamma=float(kwargs.get("demo_gamma", 0.99)),
     )
 
 

@@ -64,7 +64,7 @@ def test_run_episodes_records_points_notices_and_mistakes() -> None:
     assert (first.turn, first.turns_remaining, first.state) == (1, 4, 0)
     assert (third.turn, third.turns_remaining, third.state) == (3, 2, 0)
     assert third.messages[0]["role"] == "system"
-    assert third.messages[-1]["content"] == "r0c0\n[budget v1c] turn 3/4, 2 left"
+    assert third.messages[-1]["content"] == "A A A A A A\n[budget v1c] turn 3/4, 2 left"
     assert third.actions == ("r", "l")
 
 

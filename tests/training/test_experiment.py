@@ -1,0 +1,91 @@
+"""The end-to-end experiment: config validation, and the ``ci`` preset run through to its report.
+
+The run checks structure and sanity of the numbers, never the effect size.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("gymnasium")
+pytest.importorskip("matplotlib")
+
+from budgetmix.exceptions import ConfigError
+from budgetmix.training.experiment import ExperimentReport, run_experiment
+from budgetmix.training.experiment_config import (
+    EXPERIMENT_PRESETS,
+    ExperimentConfig,
+    experiment_preset,
+)
+
+
+def test_presets_build_and_bad_configs_name_the_field() -> None:
+    for name in EXPERIMENT_PRESETS:
+        assert experiment_preset(name).preset == name
+    with pytest.raises(ConfigError, match="preset"):
+        experiment_preset("huge")
+    with pytest.raises(ConfigError, match="seeds"):
+        ExperimentConfig(seeds=0)
+    with pytest.raises(ConfigError, match="methods"):
+        ExperimentConfig(methods=("fixed", "magic"))
+    with pytest.raises(ConfigError, match="budget_fractions"):
+        ExperimentConfig(budget_fractions=(0.5, 1.5))
+    with pytest.raises(ConfigError, match="desc"):
+        ExperimentConfig(desc=("SFF", "FFF"))  # no goal
+    with pytest.raises(ConfigError, match="pass_ks"):
+        ExperimentConfig(eval_episodes=4, pass_ks=(1, 8))
+    with pytest.raises(ConfigError, match="unknown"):
+        ExperimentConfig().with_overrides(colour="red")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> ExperimentReport:
+    out = tmp_path_factory.mktemp("experiment")
+    return run_experiment(experiment_preset("ci"), out, progress=False)
+
+
+def test_ci_preset_writes_the_report_files(report: ExperimentReport) -> None:
+    out = report.out_dir
+    for name in ("report.md", "summary.json", "success_vs_budget.png", "training_curves.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0
+    assert (out / "budgetmix_minus_fixed.png").is_file()
+    text = (out / "report.md").read_text()
+    for heading in ("Pass@1 by budget", "BudgetMix minus fixed", "Step-level action quality"):
+        assert heading in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ceiling"] == report.ceiling
+    assert summary["grid"] == json.loads(json.dumps(report.grid))
+
+
+def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
+    cfg = experiment_preset("ci")
+    assert report.ceiling == 14  # the oracle's ceiling of SFF/HFF/HHG at success_rate 0.8
+    assert report.budgets == {"50%": 7, "100%": 14, "150%": 21}
+    arms = {r["arm"] for r in report.grid}
+    assert arms == {"base", "fixed", "budgetmix"}
+    assert len(report.grid) == len(arms) * len(report.budgets) * len(cfg.pass_ks)
+    for row in report.grid:
+        assert 0.0 <= row["lo"] <= row["value"] <= row["hi"] <= 1.0
+        assert row["episodes"] == cfg.eval_episodes * (1 if row["arm"] == "base" else cfg.seeds)
+    for frac, t in report.budgets.items():
+        aware = report.oracle["aware"][frac]
+        assert report.oracle["blind_demonstrator"][frac] <= aware + 1e-9
+        assert 0.0 < aware <= 1.0 and t >= 1
+    assert [c["fraction"] for c in report.comparison] == list(report.budgets)
+    for c in report.comparison:
+        assert c["lo"] <= c["diff"] <= c["hi"]
+    diag = report.diagnostics
+    assert diag["decision_points"] > 0
+    for q in diag["action_quality"].values():
+        shares = [q["a_better"], q["tie"], q["b_better"]]
+        assert sum(shares) == pytest.approx(1.0)
+    for results in diag["recovery"].values():
+        for r in results:
+            assert 0 <= r["recovered"] <= r["injected"]
+    # equal compute: every arm had the same number of rollouts
+    rollouts = {t["rollouts"] for runs in report.training.values() for t in runs}
+    assert rollouts == {cfg.rl_steps * cfg.groups_per_step * cfg.group_size}
+    assert (report.best_checkpoint / "model.safetensors").is_file()
+    assert (report.best_checkpoint / "tokenizer.json").is_file()

@@ -1,0 +1,518 @@
+"""The end-to-end experiment: does BudgetMix RL beat fixed-budget RL at short budgets, on a CPU?
+
+:func:`run_experiment` runs the whole pipeline of issue 7 on one slippery
+FrozenLake map (:mod:`.experiment_env`) with a tiny char-level LM:
+
+1. the exact oracle picks the ceiling (the smallest T where the budget-aware
+   optimum reaches 90% of its no-limit success) and gives the best achievable
+   success at every budget (aware) and that of the best budget-blind policy;
+2. a base policy: SFT on a noisy, budget-blind demonstrator;
+3. RL from that base, per seed, for each arm in ``methods`` (fixed budget at the
+   ceiling; BudgetMix with a shared or mixed T per GRPO group), every arm with
+   the same number of rollouts and updates;
+4. a Pass@(K,T) grid at fractions of the ceiling (and beyond it) with intervals;
+5. diagnostics (:mod:`.diagnostics`): step-level action quality from the same
+   states (exact Q), overall and right after a mistake; success vs T curves;
+   recovery after a forced invalid reply;
+6. ``report.md``, PNG plots and ``summary.json`` in ``out_dir``
+   (:mod:`.experiment_report`).
+
+The numbers are whatever comes out; the report states them with intervals and
+says when a difference is within noise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from budgetmix.evaluation.passk import TaskCounts, pass_at_k_summary, wilson_interval
+from budgetmix.training.diagnostics import (
+    DecisionPoint,
+    EpisodeTrace,
+    Policy,
+    compare_actions,
+    frozenlake_q,
+    invalid_reply,
+    recovery_injection,
+    run_episodes,
+)
+from budgetmix.training.envs.base import Task
+from budgetmix.training.envs.frozenlake_oracle import (
+    FrozenLakeModel,
+    aware_success_curve,
+    find_ceiling,
+    policy_success_curve,
+    stationary_policy,
+)
+from budgetmix.training.experiment_config import ExperimentConfig
+from budgetmix.training.experiment_env import (
+    COMPACT_ENV_NAME,
+    compact_tasks,
+    register_compact_frozenlake,
+)
+
+__all__ = ["ExperimentReport", "run_experiment"]
+
+#: Slip seeds for evaluation and diagnostics start here (training draws below 10_000).
+EVAL_SEED_BASE = 1_000_000
+
+
+@dataclass(frozen=True)
+class ExperimentReport:
+    """What :func:`run_experiment` measured, and where it wrote.
+
+    ``grid`` rows: ``arm, fraction, budget, k, value, lo, hi, episodes, successes,
+    per_seed``. ``comparison`` rows: ``fraction, budget, fixed, budgetmix, diff,
+    lo, hi`` (pass@1, BudgetMix minus fixed, 95% interval). ``diagnostics``:
+    ``action_quality`` (pair -> shares), ``recovery`` (arm -> results),
+    ``curves`` (arm -> success per budget). ``oracle``: exact success of the
+    budget-aware optimum and the best budget-blind policy per budget.
+    """
+
+    config: dict[str, Any]
+    ceiling: int
+    budgets: dict[str, int]
+    oracle: dict[str, Any]
+    grid: list[dict[str, Any]]
+    comparison: list[dict[str, Any]]
+    diagnostics: dict[str, Any]
+    training: dict[str, Any]
+    timings: dict[str, float]
+    best_checkpoint: Path
+    out_dir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what ``summary.json`` holds)."""
+        return {
+            "config": self.config,
+            "ceiling": self.ceiling,
+            "budgets": self.budgets,
+            "oracle": self.oracle,
+            "grid": self.grid,
+            "comparison": self.comparison,
+            "diagnostics": self.diagnostics,
+            "training": self.training,
+            "timings": self.timings,
+            "best_checkpoint": str(self.best_checkpoint),
+            "files": {k: str(v) for k, v in self.files.items()},
+        }
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"[experiment] {text}", flush=True)
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _fraction_key(f: float) -> str:
+    return f"{round(f * 100)}%"
+
+
+class _Run:
+    """One experiment: shared state of the stages."""
+
+    def __init__(self, config: ExperimentConfig, out: Path, progress: bool) -> None:
+        self.cfg, self.out, self.progress = config, out, progress
+        self.model = FrozenLakeModel(config.desc, True, config.success_rate)
+        self.ceiling = config.ceiling or find_ceiling(self.model)
+        self.budgets = {
+            _fraction_key(f): max(1, round(f * self.ceiling)) for f in config.eval_fractions
+        }
+        self.env_kwargs = {
+            "desc": list(config.desc),
+            "success_rate": config.success_rate,
+            "demo_gamma": config.demo_gamma,
+        }
+        self.q = frozenlake_q(self.model)
+        self.timings: dict[str, float] = {}
+
+    def timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        result = fn(*args)
+        self.timings[stage] = round(self.timings.get(stage, 0.0) + time.perf_counter() - t0, 2)
+        return result
+
+    def tasks(self, n: int, offset: int = 0) -> list[Task]:
+        return compact_tasks(
+            range(EVAL_SEED_BASE + offset, EVAL_SEED_BASE + offset + n), self.env_kwargs
+        )
+
+    # -- training -------------------------------------------------------------------------
+    def _train_config(self, name: str, **kw: Any) -> Any:
+        from budgetmix.training.config import TrainConfig
+
+        cfg = self.cfg
+        base = {
+            "env": COMPACT_ENV_NAME,
+            "env_kwargs": self.env_kwargs,
+            "sampler": self.mix_sampler(),
+            "notice_format": "v1-compact",
+            "hidden_size": cfg.hidden_size,
+            "num_layers": cfg.num_layers,
+            "num_heads": 4,
+            "num_kv_heads": 2,
+            "max_new_tokens": 3,
+            "max_total_tokens": 4096,
+            "minibatch_size": cfg.groups_per_step * cfg.group_size,
+            "save_every": 10**6,
+            "progress": self.progress,
+            "output_dir": str(self.out / "runs" / name),
+        }
+        return TrainConfig(**{**base, **kw})
+
+    def mix_sampler(self) -> dict[str, Any]:
+        return {
+            "kind": "budgetmix",
+            "ceiling": self.ceiling,
+            "fractions": list(self.cfg.budget_fractions),
+        }
+
+    def train_base(self) -> Path:
+        from budgetmix.training.trainer import train
+
+        cfg = self.cfg
+        tc = self._train_config(
+            "base",
+            seed=cfg.seed,
+            sft_steps=cfg.sft_steps,
+            sft_batch=cfg.sft_batch,
+            sft_error_rate=cfg.sft_error_rate,
+            sft_lr=cfg.sft_lr,
+            steps=0,
+        )
+        result = train(tc)
+        assert result.final_model_dir is not None
+        return result.final_model_dir
+
+    def train_arm(self, method: str, seed: int, base: Path) -> tuple[Path, list[dict[str, Any]]]:
+        from budgetmix.training.trainer import train
+
+        cfg = self.cfg
+        sampler = (
+            {"kind": "fixed", "turns": self.ceiling} if method == "fixed" else self.mix_sampler()
+        )
+        tc = self._train_config(
+            f"{method}-s{seed}",
+            model_path=str(base),
+            seed=cfg.seed * 1000 + 1 + seed,
+            sampler=sampler,
+            group_budgets="mixed" if method == "budgetmix-mixed" else "shared",
+            sft_steps=0,
+            steps=cfg.rl_steps,
+            lr=cfg.lr,
+            groups_per_step=cfg.groups_per_step,
+            group_size=cfg.group_size,
+        )
+        result = train(tc)
+        assert result.final_model_dir is not None
+        return result.final_model_dir, result.metrics
+
+    # -- evaluation ---------------------------------------------------------------------
+    def policy(self, path: Path, seed: int = 0) -> Policy:
+        from budgetmix.training.experiment_lm import load_lm_policy
+
+        return load_lm_policy(path, seed=self.cfg.seed * 7919 + seed)[0]
+
+    def grid_traces(self, policy: Policy) -> dict[int, list[EpisodeTrace]]:
+        n = self.cfg.eval_episodes
+        budgets = sorted(set(self.budgets.values()))
+        tasks = [t for _ in budgets for t in self.tasks(n)]
+        per_task = [b for b in budgets for _ in range(n)]
+        traces = run_episodes(tasks, policy, per_task)
+        return {b: traces[i * n : (i + 1) * n] for i, b in enumerate(budgets)}
+
+    def oracle_curves(self) -> dict[str, Any]:
+        top = max(self.budgets.values())
+        aware = aware_success_curve(self.model, top)
+        blind = policy_success_curve(
+            self.model, stationary_policy(self.model, self.cfg.demo_gamma), top
+        )
+        return {
+            "aware": {k: float(aware[t]) for k, t in self.budgets.items()},
+            "blind_demonstrator": {k: float(blind[t]) for k, t in self.budgets.items()},
+        }
+
+
+def _grid_rows(
+    arm: str,
+    runs: list[dict[int, list[EpisodeTrace]]],
+    budgets: dict[str, int],
+    ks: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    rows = []
+    for frac, t in budgets.items():
+        counts = [
+            TaskCounts(f"seed{i}", len(r[t]), sum(tr.success for tr in r[t]))
+            for i, r in enumerate(runs)
+        ]
+        summary = pass_at_k_summary(counts, max(ks))
+        wins, n = sum(c.c for c in counts), sum(c.n for c in counts)
+        for k in ks:
+            est = summary.overall[k - 1]
+            lo, hi = (est.lo, est.hi)
+            if k == 1:  # episodes pooled over seeds: a Wilson interval of the success rate
+                lo, hi = wilson_interval(wins, n)
+            rows.append(
+                {
+                    "arm": arm,
+                    "fraction": frac,
+                    "budget": t,
+                    "k": k,
+                    "value": est.value,
+                    "lo": lo,
+                    "hi": hi,
+                    "episodes": n,
+                    "successes": wins,
+                    "per_seed": [summary.per_task[c.task_id][k - 1].value for c in counts],
+                }
+            )
+    return rows
+
+
+def _difference(a: list[EpisodeTrace], b: list[EpisodeTrace]) -> tuple[float, float, float]:
+    """``rate(b) - rate(a)`` with a 95% normal interval (episodes as independent draws)."""
+    pa = sum(t.success for t in a) / len(a)
+    pb = sum(t.success for t in b) / len(b)
+    se = (pa * (1 - pa) / len(a) + pb * (1 - pb) / len(b)) ** 0.5
+    return pb - pa, pb - pa - 1.96 * se, pb - pa + 1.96 * se
+
+
+def run_experiment(
+    config: ExperimentConfig, out_dir: str | Path, *, progress: bool = True
+) -> ExperimentReport:
+    """Run the whole pipeline and write ``report.md``, ``summary.json`` and plots to ``out_dir``.
+
+    Raises:
+        ConfigError: an invalid config.
+        MissingExtraError: torch/transformers/accelerate/gymnasium (or matplotlib,
+            for the plots) are not installed.
+    """
+    from budgetmix.training.experiment_report import write_report
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    register_compact_frozenlake()
+    run = _Run(config, out, progress)
+    with _threads(config.threads):
+        _say(
+            progress,
+            f"map {'/'.join(config.desc)}, slip {config.success_rate}, "
+            f"ceiling {run.ceiling} turns; budgets {run.budgets}",
+        )
+        base = (
+            Path(config.base_model)
+            if config.base_model is not None
+            else run.timed("sft_base", run.train_base)
+        )
+        arms: dict[str, list[Path]] = {"base": [base]}
+        training: dict[str, Any] = {}
+        for s in range(config.seeds):
+            for method in config.methods:
+                _say(progress, f"RL {method}, seed {s}")
+                path, metrics = run.timed(f"rl_{method}", run.train_arm, method, s, base)
+                arms.setdefault(method, []).append(path)
+                training.setdefault(method, []).append(_train_summary(metrics))
+        _say(progress, "evaluating the Pass@(K,T) grid")
+        traces: dict[str, list[dict[int, list[EpisodeTrace]]]] = {}
+        for arm, paths in arms.items():
+            traces[arm] = [
+                run.timed("eval", run.grid_traces, run.policy(p, i)) for i, p in enumerate(paths)
+            ]
+        grid = [
+            row for arm in arms for row in _grid_rows(arm, traces[arm], run.budgets, config.pass_ks)
+        ]
+        comparison = _comparison(run, traces)
+        _say(progress, "diagnostics")
+        diagnostics = run.timed("diagnostics", _diagnostics, run, arms, traces)
+        best = _best_checkpoint(run, arms, traces)
+        report = ExperimentReport(
+            config=config.to_dict(),
+            ceiling=run.ceiling,
+            budgets=run.budgets,
+            oracle=run.oracle_curves(),
+            grid=grid,
+            comparison=comparison,
+            diagnostics=diagnostics,
+            training=training,
+            timings=run.timings,
+            best_checkpoint=best,
+            out_dir=out,
+        )
+        files = write_report(report)
+    _say(progress, f"report: {files['report']}")
+    return ExperimentReport(**{**report.__dict__, "files": files})
+
+
+def _train_summary(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    rl = [m for m in metrics if m.get("phase") == "rl"]
+    tail = rl[-max(1, len(rl) // 5) :]
+    return {
+        "steps": len(rl),
+        "rollouts": int(sum(m.get("n", 0) for m in rl)),
+        "sampled_tokens": int(sum(m.get("sampled_tokens", 0) for m in rl)),
+        "success_curve": [round(float(m.get("success", 0.0)), 4) for m in rl],
+        "final_success": sum(float(m.get("success", 0.0)) for m in tail) / len(tail)
+        if tail
+        else 0.0,
+    }
+
+
+def _comparison(
+    run: _Run, traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
+) -> list[dict[str, Any]]:
+    if "fixed" not in traces or "budgetmix" not in traces:
+        return []
+    rows = []
+    for frac, t in run.budgets.items():
+        a = [tr for r in traces["fixed"] for tr in r[t]]
+        b = [tr for r in traces["budgetmix"] for tr in r[t]]
+        diff, lo, hi = _difference(a, b)
+        rows.append(
+            {
+                "fraction": frac,
+                "budget": t,
+                "fixed": sum(x.success for x in a) / len(a),
+                "budgetmix": sum(x.success for x in b) / len(b),
+                "diff": diff,
+                "lo": lo,
+                "hi": hi,
+            }
+        )
+    return rows
+
+
+def _best_checkpoint(
+    run: _Run, arms: dict[str, list[Path]], traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
+) -> Path:
+    """The RL checkpoint with the highest mean success over the budgets up to the ceiling."""
+    inside = [t for t in run.budgets.values() if t <= run.ceiling]
+    best, best_score = arms["base"][0], -1.0
+    for arm, paths in arms.items():
+        if arm == "base":
+            continue
+        for path, r in zip(paths, traces[arm], strict=True):
+            score = sum(sum(x.success for x in r[t]) / len(r[t]) for t in inside) / len(inside)
+            if score > best_score:
+                best, best_score = path, score
+    return best
+
+
+def _diagnostics(
+    run: _Run, arms: dict[str, list[Path]], traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
+) -> dict[str, Any]:
+    cfg = run.cfg
+    base_policy = run.policy(arms["base"][0], 10_000)
+    # Decision points: the base policy's own episodes at the ceiling and at half of it,
+    # mistakes judged by the exact Q (an action losing > 1 point of success probability).
+    half = max(1, round(run.ceiling / 2))
+    tasks = run.tasks(cfg.diag_episodes, offset=500_000)
+    points: list[DecisionPoint] = []
+    for budget in (run.ceiling, half):
+        for tr in run_episodes(tasks, base_policy, budget, q=run.q):
+            points.extend(tr.points)
+    quality: dict[str, Any] = {}
+    pairs = [(m, "base") for m in cfg.methods]
+    if "fixed" in cfg.methods:
+        pairs += [(m, "fixed") for m in cfg.methods if m != "fixed"]
+    for a, b in pairs:
+        rows = []
+        for s in range(cfg.seeds):
+            pa = run.policy(arms[a][s if a != "base" else 0], 20_000 + s)
+            pb = run.policy(arms[b][s if b != "base" else 0], 30_000 + s)
+            rows.append(compare_actions(points, pa, pb, run.q).to_dict())
+        quality[f"{a} vs {b}"] = _pool(rows)
+    recovery: dict[str, Any] = {}
+    for arm, paths in arms.items():
+        results = []
+        for budget in (run.ceiling,):
+            if cfg.inject_at > budget:
+                continue
+            per_seed = [
+                recovery_injection(
+                    tasks,
+                    run.policy(p, 40_000 + i),
+                    budget,
+                    cfg.inject_at,
+                    invalid_reply(),
+                    q=run.q,
+                ).to_dict()
+                for i, p in enumerate(paths)
+            ]
+            results.append(_pool_recovery(per_seed))
+        recovery[arm] = results
+    curves = {
+        arm: [
+            {
+                "fraction": frac,
+                "budget": t,
+                "rate": sum(sum(x.success for x in r[t]) for r in runs)
+                / sum(len(r[t]) for r in runs),
+            }
+            for frac, t in run.budgets.items()
+        ]
+        for arm, runs in traces.items()
+    }
+    return {
+        "decision_points": len(points),
+        "after_mistake_points": sum(p.after_mistake for p in points),
+        "action_quality": quality,
+        "recovery": recovery,
+        "curves": curves,
+    }
+
+
+def _pool(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pool per-seed comparisons (same points, so shares average with equal weights)."""
+    out: dict[str, Any] = {"n": rows[0]["n"], "n_after_mistake": rows[0]["n_after_mistake"]}
+    for key in (
+        "a_better",
+        "tie",
+        "b_better",
+        "a_better_after_mistake",
+        "tie_after_mistake",
+        "b_better_after_mistake",
+    ):
+        vals = [r[key] for r in rows if r[key] is not None]
+        out[key] = sum(vals) / len(vals) if vals else None
+    out["per_seed"] = rows
+    return out
+
+
+def _pool_recovery(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    injected = sum(r["injected"] for r in rows)
+    recovered = sum(r["recovered"] for r in rows)
+    lo, hi = wilson_interval(recovered, injected) if injected else (0.0, 1.0)
+    weights = [r["injected"] for r in rows]
+
+    def avg(key: str) -> float | None:
+        vals = [(r[key], w) for r, w in zip(rows, weights, strict=True) if r[key] is not None and w]
+        return sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else None
+
+    return {
+        "budget": rows[0]["budget"],
+        "inject_at": rows[0]["inject_at"],
+        "injected": injected,
+        "recovered": recovered,
+        "rate": recovered / injected if injected else 0.0,
+        "low": lo,
+        "high": hi,
+        "baseline_rate": avg("baseline_rate"),
+        "oracle_rate": avg("oracle_rate"),
+    }

@@ -1,0 +1,103 @@
+"""A trained causal LM as a batched diagnostics policy (``points -> action texts``).
+
+The model sees exactly what it saw in training rollouts: the chat of the
+decision point (instructions, then observation + budget notice messages and its
+own earlier replies) rendered by the tokenizer's chat template, ending with the
+assistant generation prompt. Replies are sampled (temperature as in training)
+with the trainer's batched :class:`~budgetmix.training.generation.ModelGenerator`
+from a seeded generator, so a policy's actions are reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from budgetmix.budget import Budget
+from budgetmix.ledger import Ledger, LedgerState
+from budgetmix.training.diagnostics import DecisionPoint, Policy
+
+__all__ = ["LMPolicy", "load_lm_policy"]
+
+
+def _ledger_state(point: DecisionPoint) -> LedgerState:
+    ledger = Ledger(Budget(turns=point.turns_total), clock=lambda: 0.0)
+    for _ in range(point.turn):
+        ledger.try_charge_turn()
+    return ledger.state(in_turn=True)
+
+
+class LMPolicy:
+    """Sample one reply per decision point from ``model`` (a batched :data:`Policy`).
+
+    Args:
+        model: a causal LM (eval mode is set while sampling).
+        tokenizer: its tokenizer, with the chat template used in training.
+        temperature: sampling temperature (1.0 = the distribution RL trained).
+        max_new_tokens: reply length limit; a reply cut off there is returned as is.
+        batch_size: decision points per forward pass.
+        seed: seeds the sampling generator.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        temperature: float = 1.0,
+        max_new_tokens: int = 3,
+        batch_size: int = 128,
+        seed: int = 0,
+    ) -> None:
+        import torch
+        from budgetmix.training.chat import ChatCodec
+        from budgetmix.training.generation import ModelGenerator
+
+        self.codec = ChatCodec(tokenizer)
+        self.max_new_tokens = max_new_tokens
+        self.generator = ModelGenerator(
+            model,
+            eos_token_id=self.codec.eos_token_id,
+            pad_token_id=int(tokenizer.pad_token_id),
+            temperature=temperature,
+            batch_size=batch_size,
+            generator=torch.Generator().manual_seed(seed),
+        )
+
+    def __call__(self, points: Sequence[DecisionPoint]) -> list[str]:
+        """One sampled reply per point (the EOS token stripped)."""
+        from budgetmix.training.generation import GenerationRequest
+
+        if not points:
+            return []
+        requests = [
+            GenerationRequest(
+                self.codec.encode(
+                    self.codec.render([dict(m) for m in p.messages], generation_prompt=True)
+                ),
+                cast(Any, None),  # ModelGenerator reads only the context ids
+                p.messages[-1]["content"],
+                _ledger_state(p),
+            )
+            for p in points
+        ]
+        out = []
+        for gen in self.generator.generate(requests, self.max_new_tokens):
+            ids = gen.ids[:-1] if gen.stopped else gen.ids
+            out.append(self.codec.decode(ids))
+        return out
+
+
+def load_lm_policy(path: str | Path, **kwargs: Any) -> tuple[Policy, Any, Any]:
+    """``(policy, model, tokenizer)`` for a saved model directory (``save_pretrained``).
+
+    Raises:
+        ConfigError: ``path`` is not a model directory.
+        MissingExtraError: torch/transformers are not installed.
+    """
+    from budgetmix.training.models import load_pretrained
+
+    model, tokenizer = load_pretrained(path)
+    model.eval()
+    return LMPolicy(model, tokenizer, **kwargs), model, tokenizer

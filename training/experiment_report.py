@@ -1,0 +1,293 @@
+"""Writes an experiment report (:mod:`budgetmix.training.experiment`) as markdown, PNGs, JSON.
+
+Files in the report's ``out_dir``: ``report.md``, ``summary.json``,
+``success_vs_budget.png`` (every arm, with the exact oracle curves),
+``budgetmix_minus_fixed.png`` and ``training_curves.png`` (plots need
+matplotlib, the ``plots`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from budgetmix.exceptions import MissingExtraError
+
+if TYPE_CHECKING:
+    from budgetmix.training.experiment import ExperimentReport
+
+__all__ = ["PAPER_GAPS", "markdown", "write_report"]
+
+#: The paper's BudgetMix-minus-fixed gains (points of success) at 25/50/75/100% of the ceiling.
+PAPER_GAPS = {"25%": 7.5, "50%": 5.3, "75%": 4.0, "100%": 0.0}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(r) + " |" for r in rows),
+        "",
+    ]
+
+
+def _cell(rows: list[dict[str, Any]], arm: str, frac: str, k: int) -> str:
+    for r in rows:
+        if r["arm"] == arm and r["fraction"] == frac and r["k"] == k:
+            return f"{_pct(r['value'])} [{_pct(r['lo'])}, {_pct(r['hi'])}]"
+    return "-"
+
+
+def _arms(report: ExperimentReport) -> list[str]:
+    seen: list[str] = []
+    for r in report.grid:
+        if r["arm"] not in seen:
+            seen.append(r["arm"])
+    return seen
+
+
+def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
+    """The report as markdown (success in percent, 95% intervals in brackets)."""
+    cfg, arms = report.config, _arms(report)
+    lines = [
+        "# BudgetMix vs fixed-budget RL on slippery FrozenLake (tiny LM, CPU)",
+        "",
+        f"Command: `{command}`" if command else f"Preset: `{cfg['preset']}`",
+        "",
+        f"Map `{'/'.join(cfg['desc'])}`, success_rate {cfg['success_rate']}; ceiling "
+        f"**{report.ceiling} turns** (oracle: 90% of the no-limit optimum). Base: "
+        f"{cfg['sft_steps']} SFT steps on a budget-blind demonstrator erring "
+        f"{cfg['sft_error_rate']:.0%} of the time. RL: {cfg['rl_steps']} GRPO steps x "
+        f"{cfg['groups_per_step']} groups x {cfg['group_size']} rollouts per arm and seed, "
+        f"{cfg['seeds']} seed(s). Eval: {cfg['eval_episodes']} episodes per cell and seed.",
+        "",
+        "## Exact oracle (best achievable success, %)",
+        "",
+    ]
+    fracs = list(report.budgets)
+    lines += _table(
+        ["", *(f"{f} (T={report.budgets[f]})" for f in fracs)],
+        [
+            ["budget-aware optimum", *(_pct(report.oracle["aware"][f]) for f in fracs)],
+            [
+                "budget-blind demonstrator (noise-free)",
+                *(_pct(report.oracle["blind_demonstrator"][f]) for f in fracs),
+            ],
+        ],
+    )
+    lines += ["## Pass@1 by budget (%, 95% Wilson interval, episodes pooled over seeds)", ""]
+    lines += _table(
+        ["budget", *arms],
+        [
+            [f"{f} (T={report.budgets[f]})", *(_cell(report.grid, a, f, 1) for a in arms)]
+            for f in fracs
+        ],
+    )
+    ks = [k for k in cfg["pass_ks"] if k > 1]
+    for k in ks:
+        lines += [f"### Pass@{k} (unbiased estimator; interval over seeds)", ""]
+        lines += _table(
+            ["budget", *arms],
+            [
+                [f"{f} (T={report.budgets[f]})", *(_cell(report.grid, a, f, k) for a in arms)]
+                for f in fracs
+            ],
+        )
+    if report.comparison:
+        lines += ["## BudgetMix minus fixed (points of pass@1, 95% interval)", ""]
+        rows = []
+        for c in report.comparison:
+            paper = PAPER_GAPS.get(c["fraction"])
+            within = c["lo"] <= 0.0 <= c["hi"]
+            rows.append(
+                [
+                    f"{c['fraction']} (T={c['budget']})",
+                    _pct(c["fixed"]),
+                    _pct(c["budgetmix"]),
+                    f"{100 * c['diff']:+.1f} [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]",
+                    "within noise"
+                    if within
+                    else ("BudgetMix ahead" if c["diff"] > 0 else "fixed ahead"),
+                    "-" if paper is None else f"{paper:+.1f}",
+                ]
+            )
+        lines += _table(["budget", "fixed", "BudgetMix", "difference", "reading", "paper"], rows)
+    diag = report.diagnostics
+    lines += [
+        "## Step-level action quality (same states, exact finite-horizon Q)",
+        "",
+        f"{diag['decision_points']} decision points from the base policy's own episodes "
+        f"(at the ceiling and at half of it), {diag['after_mistake_points']} of them right "
+        "after a mistake (an action losing more than 1 point of success probability, or an "
+        "invalid reply). Paper (FrozenLake, RL vs base): better in 42.8% of states, 65.7% "
+        "right after a mistake.",
+        "",
+    ]
+    lines += _table(
+        ["A vs B", "A better", "tie", "B better", "A better after mistake", "tie", "B better"],
+        [
+            [
+                pair,
+                _pct(q["a_better"]),
+                _pct(q["tie"]),
+                _pct(q["b_better"]),
+                _pct(q["a_better_after_mistake"]),
+                _pct(q["tie_after_mistake"]),
+                _pct(q["b_better_after_mistake"]),
+            ]
+            for pair, q in diag["action_quality"].items()
+        ],
+    )
+    lines += [
+        f"## Recovery: an invalid reply forced at turn {cfg['inject_at']}",
+        "",
+        "Success after the forced mistake (%, Wilson interval), the same episodes without it, "
+        "and the best achievable after it (oracle).",
+        "",
+    ]
+    rec_rows = []
+    for arm, results in diag["recovery"].items():
+        for r in results:
+            rec_rows.append(
+                [
+                    arm,
+                    str(r["budget"]),
+                    str(r["injected"]),
+                    f"{_pct(r['rate'])} [{_pct(r['low'])}, {_pct(r['high'])}]",
+                    _pct(r["baseline_rate"]),
+                    _pct(r["oracle_rate"]),
+                ]
+            )
+    lines += _table(["arm", "T", "episodes", "recovered", "without injection", "oracle"], rec_rows)
+    lines += ["## Training (same rollouts and updates per arm)", ""]
+    lines += _table(
+        ["arm", "seed", "RL steps", "rollouts", "sampled tokens", "train success (last 20%)"],
+        [
+            [
+                arm,
+                str(i),
+                str(t["steps"]),
+                str(t["rollouts"]),
+                str(t["sampled_tokens"]),
+                _pct(t["final_success"]),
+            ]
+            for arm, runs in report.training.items()
+            for i, t in enumerate(runs)
+        ],
+    )
+    lines += [
+        "## Timings (s)",
+        "",
+        ", ".join(f"{k} {v:.0f}" for k, v in report.timings.items()),
+        "",
+        f"Best checkpoint (mean success up to the ceiling): `{report.best_checkpoint}`",
+        "",
+        "![success vs budget](success_vs_budget.png)",
+        "![BudgetMix minus fixed](budgetmix_minus_fixed.png)",
+        "![training curves](training_curves.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise MissingExtraError("matplotlib", "plots") from exc
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
+    plt = _pyplot()
+    files: dict[str, Path] = {}
+    fracs = list(report.budgets)
+    xs = [report.budgets[f] for f in fracs]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for arm in _arms(report):
+        rows = [r for r in report.grid if r["arm"] == arm and r["k"] == 1]
+        rows.sort(key=lambda r: r["budget"])
+        ax.errorbar(
+            [r["budget"] for r in rows],
+            [r["value"] for r in rows],
+            yerr=[[r["value"] - r["lo"] for r in rows], [r["hi"] - r["value"] for r in rows]],
+            marker="o",
+            capsize=3,
+            label=arm,
+        )
+    ax.plot(xs, [report.oracle["aware"][f] for f in fracs], "k--", label="oracle (aware)")
+    ax.plot(
+        xs,
+        [report.oracle["blind_demonstrator"][f] for f in fracs],
+        "k:",
+        label="blind demonstrator",
+    )
+    ax.axvline(report.ceiling, color="grey", lw=0.8)
+    ax.set_xlabel("turn budget T (vertical line: ceiling)")
+    ax.set_ylabel("success (pass@1)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    files["success_vs_budget"] = _save(fig, plt, out / "success_vs_budget.png")
+    if report.comparison:
+        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        labels = [f"{c['fraction']}\nT={c['budget']}" for c in report.comparison]
+        diffs = [100 * c["diff"] for c in report.comparison]
+        err = [
+            [100 * (c["diff"] - c["lo"]) for c in report.comparison],
+            [100 * (c["hi"] - c["diff"]) for c in report.comparison],
+        ]
+        ax.bar(labels, diffs, yerr=err, capsize=3, color="tab:blue", label="this run")
+        paper = [PAPER_GAPS.get(c["fraction"]) for c in report.comparison]
+        px = [i for i, p in enumerate(paper) if p is not None]
+        ax.scatter(px, [paper[i] for i in px], color="tab:red", marker="D", label="paper", zorder=3)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel("BudgetMix - fixed (points)")
+        ax.legend(fontsize=8)
+        files["budgetmix_minus_fixed"] = _save(fig, plt, out / "budgetmix_minus_fixed.png")
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    for arm, runs in report.training.items():
+        for i, t in enumerate(runs):
+            ys = t["success_curve"]
+            w = max(1, len(ys) // 10)
+            smooth = [
+                sum(ys[max(0, j - w + 1) : j + 1]) / len(ys[max(0, j - w + 1) : j + 1])
+                for j in range(len(ys))
+            ]
+            ax.plot(range(len(ys)), smooth, label=f"{arm} s{i}")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("training success (own budget draws)")
+    ax.legend(fontsize=7)
+    files["training_curves"] = _save(fig, plt, out / "training_curves.png")
+    return files
+
+
+def _save(fig: Any, plt: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: ExperimentReport, *, command: str | None = None) -> dict[str, Path]:
+    """Write ``report.md``, ``summary.json`` and the plots; returns their paths by name.
+
+    Raises:
+        MissingExtraError: matplotlib is not installed.
+    """
+    out = report.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    files = _plots(report, out)
+    summary = out / "summary.json"
+    summary.write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+    md = out / "report.md"
+    md.write_text(markdown(report, command=command))
+    return {"report": md, "summary": summary, **files}
