@@ -6,6 +6,7 @@ The run checks structure and sanity of the numbers, never the effect size.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,31 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     assert rollouts == {cfg.rl_steps * cfg.groups_per_step * cfg.group_size}
     assert (report.best_checkpoint / "model.safetensors").is_file()
     assert (report.best_checkpoint / "tokenizer.json").is_file()
+
+
+def test_best_checkpoint_runs_under_the_controller_with_the_training_layout(
+    report: ExperimentReport, tmp_path: Path
+) -> None:
+    from budgetmix.evaluation import EvalConfig, Evaluator
+    from budgetmix.training.diagnostics import pointwise, run_episodes
+    from budgetmix.training.experiment_env import compact_tasks
+    from budgetmix.training.experiment_lm import TrainedEnvAgent, load_lm_policy
+
+    policy = load_lm_policy(report.best_checkpoint, seed=3)[0]
+    agents: list[TrainedEnvAgent] = []
+
+    def factory() -> TrainedEnvAgent:
+        agents.append(TrainedEnvAgent(policy))
+        return agents[-1]
+
+    kwargs = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8}
+    tasks = compact_tasks([7], kwargs)
+    config = EvalConfig(budgets=(5,), notice_format="v1-compact", concurrency=1)
+    run = Evaluator(factory, tasks, config).run(tmp_path / "results.jsonl")
+    assert len(run.records) == 1
+    played = [m for m in agents[-1]._messages if m["role"] == "assistant"]
+    replies = iter(m["content"] for m in played)
+    # the same episode through the diagnostics runner (training's environment messages)
+    (trace,) = run_episodes(tasks, pointwise(lambda p: next(replies)), 5)
+    expected = [dict(m) for m in trace.points[-1].messages]
+    assert agents[-1]._messages[: len(expected)] == expected
