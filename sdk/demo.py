@@ -25,7 +25,7 @@ from rich.table import Table
 
 __all__ = ["demo_main"]
 
-STAGES = ("controller", "grid")
+STAGES = ("controller", "grid", "train")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,6 +153,11 @@ def demo_main(argv: list[str]) -> int:
 
             console.rule("[bold]2. Pass@(K,T) grid on embedded environments")
             stage_grid(console, out, quick=args.quick, full=args.full)
+        if "train" in stages:
+            from budgetmix.demo_stages import stage_train
+
+            console.rule("[bold]3. BudgetMix RL vs fixed-budget RL on a tiny local model")
+            stage_train(console, out, quick=args.quick, full=args.full)
     finally:
         handle.flush()
         stats = handle.stats()

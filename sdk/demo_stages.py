@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["stage_grid"]
+__all__ = ["stage_grid", "stage_train"]
 
 #: Slippery FrozenLake where the budget matters (PAPER.md: success_rate 0.6-0.8).
 GRID_ENV = {"map_name": "random", "size": 5, "success_rate": 0.8}
@@ -92,3 +92,11 @@ def stage_grid(console: Console, out: Path, *, quick: bool, full: bool) -> dict[
         "pass1": {lbl: {str(t): v for t, v in rows.items()} for lbl, rows in p1.items()},
         "comparison": comparison.get("rows", []),
     }
+
+
+def stage_train(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
+    """Run the BudgetMix-vs-fixed experiment and deploy its model under the controller."""
+    from budgetmix.demo_train import run_train_stage
+
+    result: dict[str, Any] = run_train_stage(console, out, quick=quick, full=full)
+    return result
