@@ -67,8 +67,9 @@ class ExperimentReport:
     """What :func:`run_experiment` measured, and where it wrote.
 
     ``grid`` rows: ``arm, fraction, budget, k, value, lo, hi, episodes, successes,
-    per_seed``. ``comparison`` rows: ``fraction, budget, fixed, budgetmix, diff,
-    lo, hi`` (pass@1, BudgetMix minus fixed, 95% interval). ``diagnostics``:
+    per_seed``. ``comparison`` rows: ``arm, fraction, budget, fixed, budgetmix,
+    diff, lo, hi`` (pass@1 of fixed and of the BudgetMix ``arm``, their
+    difference and its 95% interval), one block per BudgetMix arm. ``diagnostics``:
     ``action_quality`` (pair -> shares), ``recovery`` (arm -> results),
     ``curves`` (arm -> success per budget). ``oracle``: exact success of the
     budget-aware optimum and the best budget-blind policy per budget.
@@ -377,24 +378,27 @@ def _train_summary(metrics: list[dict[str, Any]]) -> dict[str, Any]:
 def _comparison(
     run: _Run, traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
 ) -> list[dict[str, Any]]:
-    if "fixed" not in traces or "budgetmix" not in traces:
+    """Every BudgetMix arm minus fixed, per budget (pooled pass@1, normal 95% interval)."""
+    if "fixed" not in traces:
         return []
     rows = []
-    for frac, t in run.budgets.items():
-        a = [tr for r in traces["fixed"] for tr in r[t]]
-        b = [tr for r in traces["budgetmix"] for tr in r[t]]
-        diff, lo, hi = _difference(a, b)
-        rows.append(
-            {
-                "fraction": frac,
-                "budget": t,
-                "fixed": sum(x.success for x in a) / len(a),
-                "budgetmix": sum(x.success for x in b) / len(b),
-                "diff": diff,
-                "lo": lo,
-                "hi": hi,
-            }
-        )
+    for arm in (a for a in traces if a.startswith("budgetmix")):
+        for frac, t in run.budgets.items():
+            a = [tr for r in traces["fixed"] for tr in r[t]]
+            b = [tr for r in traces[arm] for tr in r[t]]
+            diff, lo, hi = _difference(a, b)
+            rows.append(
+                {
+                    "arm": arm,
+                    "fraction": frac,
+                    "budget": t,
+                    "fixed": sum(x.success for x in a) / len(a),
+                    "budgetmix": sum(x.success for x in b) / len(b),
+                    "diff": diff,
+                    "lo": lo,
+                    "hi": hi,
+                }
+            )
     return rows
 
 

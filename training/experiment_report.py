@@ -103,10 +103,12 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
         lines += ["## BudgetMix minus fixed (points of pass@1, 95% interval)", ""]
         rows = []
         for c in report.comparison:
+            arm = c.get("arm", "budgetmix")
             paper = PAPER_GAPS.get(c["fraction"])
             within = c["lo"] <= 0.0 <= c["hi"]
             rows.append(
                 [
+                    arm,
                     f"{c['fraction']} (T={c['budget']})",
                     _pct(c["fixed"]),
                     _pct(c["budgetmix"]),
@@ -117,7 +119,9 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
                     "-" if paper is None else f"{paper:+.1f}",
                 ]
             )
-        lines += _table(["budget", "fixed", "BudgetMix", "difference", "reading", "paper"], rows)
+        lines += _table(
+            ["arm", "budget", "fixed", "BudgetMix arm", "difference", "reading", "paper"], rows
+        )
     diag = report.diagnostics
     lines += [
         "## Step-level action quality (same states, exact finite-horizon Q)",
@@ -238,19 +242,26 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
     ax.legend(fontsize=8)
     files["success_vs_budget"] = _save(fig, plt, out / "success_vs_budget.png")
     if report.comparison:
-        fig, ax = plt.subplots(figsize=(6.0, 3.6))
-        labels = [f"{c['fraction']}\nT={c['budget']}" for c in report.comparison]
-        diffs = [100 * c["diff"] for c in report.comparison]
-        err = [
-            [100 * (c["diff"] - c["lo"]) for c in report.comparison],
-            [100 * (c["hi"] - c["diff"]) for c in report.comparison],
-        ]
-        ax.bar(labels, diffs, yerr=err, capsize=3, color="tab:blue", label="this run")
-        paper = [PAPER_GAPS.get(c["fraction"]) for c in report.comparison]
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        arms = list(dict.fromkeys(c.get("arm", "budgetmix") for c in report.comparison))
+        width = 0.8 / len(arms)
+        for j, arm in enumerate(arms):
+            rows = [c for c in report.comparison if c.get("arm", "budgetmix") == arm]
+            xs_bar = [i + (j - (len(arms) - 1) / 2) * width for i in range(len(rows))]
+            diffs = [100 * c["diff"] for c in rows]
+            err = [
+                [100 * (c["diff"] - c["lo"]) for c in rows],
+                [100 * (c["hi"] - c["diff"]) for c in rows],
+            ]
+            ax.bar(xs_bar, diffs, width=width, yerr=err, capsize=3, label=f"{arm} - fixed")
+        first = [c for c in report.comparison if c.get("arm", "budgetmix") == arms[0]]
+        ax.set_xticks(range(len(first)))
+        ax.set_xticklabels([f"{c['fraction']}\nT={c['budget']}" for c in first])
+        paper = [PAPER_GAPS.get(c["fraction"]) for c in first]
         px = [i for i, p in enumerate(paper) if p is not None]
         ax.scatter(px, [paper[i] for i in px], color="tab:red", marker="D", label="paper", zorder=3)
         ax.axhline(0, color="black", lw=0.8)
-        ax.set_ylabel("BudgetMix - fixed (points)")
+        ax.set_ylabel("points of pass@1")
         ax.legend(fontsize=8)
         files["budgetmix_minus_fixed"] = _save(fig, plt, out / "budgetmix_minus_fixed.png")
     fig, ax = plt.subplots(figsize=(6.0, 3.6))

@@ -65,7 +65,7 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     assert report.ceiling == 14  # the oracle's ceiling of SFF/HFF/HHG at success_rate 0.8
     assert report.budgets == {"50%": 7, "100%": 14, "150%": 21}
     arms = {r["arm"] for r in report.grid}
-    assert arms == {"base", "fixed", "budgetmix"}
+    assert arms == {"base", "fixed", "budgetmix-mixed"}
     assert len(report.grid) == len(arms) * len(report.budgets) * len(cfg.pass_ks)
     for row in report.grid:
         assert 0.0 <= row["lo"] <= row["value"] <= row["hi"] <= 1.0
@@ -75,6 +75,7 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
         assert report.oracle["blind_demonstrator"][frac] <= aware + 1e-9
         assert 0.0 < aware <= 1.0 and t >= 1
     assert [c["fraction"] for c in report.comparison] == list(report.budgets)
+    assert {c["arm"] for c in report.comparison} == {"budgetmix-mixed"}
     for c in report.comparison:
         assert c["lo"] <= c["diff"] <= c["hi"]
     diag = report.diagnostics
