@@ -55,6 +55,7 @@ from budgetmix.training.experiment_env import (
     compact_tasks,
     register_compact_frozenlake,
 )
+from budgetmix.training.experiment_pool import pool_comparisons, pool_recovery, train_summary
 
 __all__ = ["ExperimentReport", "run_experiment"]
 
@@ -329,7 +330,7 @@ def run_experiment(
                 _say(progress, f"RL {method}, seed {s}")
                 path, metrics = run.timed(f"rl_{method}", run.train_arm, method, s, base)
                 arms.setdefault(method, []).append(path)
-                training.setdefault(method, []).append(_train_summary(metrics))
+                training.setdefault(method, []).append(train_summary(metrics))
         _say(progress, "evaluating the Pass@(K,T) grid")
         traces: dict[str, list[dict[int, list[EpisodeTrace]]]] = {}
         for arm, paths in arms.items():
@@ -359,20 +360,6 @@ def run_experiment(
         files = write_report(report)
     _say(progress, f"report: {files['report']}")
     return ExperimentReport(**{**report.__dict__, "files": files})
-
-
-def _train_summary(metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    rl = [m for m in metrics if m.get("phase") == "rl"]
-    tail = rl[-max(1, len(rl) // 5) :]
-    return {
-        "steps": len(rl),
-        "rollouts": int(sum(m.get("n", 0) for m in rl)),
-        "sampled_tokens": int(sum(m.get("sampled_tokens", 0) for m in rl)),
-        "success_curve": [round(float(m.get("success", 0.0)), 4) for m in rl],
-        "final_success": sum(float(m.get("success", 0.0)) for m in tail) / len(tail)
-        if tail
-        else 0.0,
-    }
 
 
 def _comparison(
@@ -441,7 +428,7 @@ def _diagnostics(
             pa = run.policy(arms[a][s if a != "base" else 0], 20_000 + s)
             pb = run.policy(arms[b][s if b != "base" else 0], 30_000 + s)
             rows.append(compare_actions(points, pa, pb, run.q).to_dict())
-        quality[f"{a} vs {b}"] = _pool(rows)
+        quality[f"{a} vs {b}"] = pool_comparisons(rows)
     recovery: dict[str, Any] = {}
     for arm, paths in arms.items():
         results = []
@@ -459,7 +446,7 @@ def _diagnostics(
                 ).to_dict()
                 for i, p in enumerate(paths)
             ]
-            results.append(_pool_recovery(per_seed))
+            results.append(pool_recovery(per_seed))
         recovery[arm] = results
     curves = {
         arm: [
@@ -479,44 +466,4 @@ def _diagnostics(
         "action_quality": quality,
         "recovery": recovery,
         "curves": curves,
-    }
-
-
-def _pool(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pool per-seed comparisons (same points, so shares average with equal weights)."""
-    out: dict[str, Any] = {"n": rows[0]["n"], "n_after_mistake": rows[0]["n_after_mistake"]}
-    for key in (
-        "a_better",
-        "tie",
-        "b_better",
-        "a_better_after_mistake",
-        "tie_after_mistake",
-        "b_better_after_mistake",
-    ):
-        vals = [r[key] for r in rows if r[key] is not None]
-        out[key] = sum(vals) / len(vals) if vals else None
-    out["per_seed"] = rows
-    return out
-
-
-def _pool_recovery(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    injected = sum(r["injected"] for r in rows)
-    recovered = sum(r["recovered"] for r in rows)
-    lo, hi = wilson_interval(recovered, injected) if injected else (0.0, 1.0)
-    weights = [r["injected"] for r in rows]
-
-    def avg(key: str) -> float | None:
-        vals = [(r[key], w) for r, w in zip(rows, weights, strict=True) if r[key] is not None and w]
-        return sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else None
-
-    return {
-        "budget": rows[0]["budget"],
-        "inject_at": rows[0]["inject_at"],
-        "injected": injected,
-        "recovered": recovered,
-        "rate": recovered / injected if injected else 0.0,
-        "low": lo,
-        "high": hi,
-        "baseline_rate": avg("baseline_rate"),
-        "oracle_rate": avg("oracle_rate"),
     }

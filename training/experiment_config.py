@@ -159,8 +159,8 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
     },
     "quick": {
         "seeds": 1,
-        "sft_steps": 100,
-        "rl_steps": 10,
+        "sft_steps": 60,
+        "rl_steps": 8,
         "eval_episodes": 16,
         "diag_episodes": 12,
     },
