@@ -26,33 +26,41 @@ __all__ = ["deploy_checkpoint", "run_train_stage"]
 DEPLOY_SEED_BASE = 5_000_000
 
 
+def _arm_order(arm: str) -> tuple[int, str]:
+    return ({"base": 0, "fixed": 1}.get(arm, 2), arm)
+
+
 def _print_comparison(console: Console, report: Any) -> None:
-    table = Table(title="Pass@1 by budget: base, fixed-budget RL, BudgetMix RL (%, 95% CI)")
-    arms = sorted({row["arm"] for row in report.grid}, key=["base", "fixed", "budgetmix"].index)
+    arms = sorted({row["arm"] for row in report.grid}, key=_arm_order)
+    mix_arms = [a for a in arms if a.startswith("budgetmix")]
+    table = Table(title="Pass@1 by budget T (%, 95% CI); BudgetMix minus fixed in points")
     table.add_column("budget")
     for arm in arms:
         table.add_column(arm)
-    table.add_column("BudgetMix - fixed (points)")
+    for arm in mix_arms:
+        table.add_column(f"{arm} - fixed")
     table.add_column("paper")
     paper = {"25%": "+7.5", "50%": "+5.3", "75%": "+4.0", "100%": "~0"}
-    by_key = {(r["arm"], r["fraction"]): r for r in report.grid if r["k"] == 1}
-    diffs = {r["fraction"]: r for r in report.comparison}
+    cell = {(r["arm"], r["fraction"]): r for r in report.grid if r["k"] == 1}
+    diff = {(r.get("arm", "budgetmix"), r["fraction"]): r for r in report.comparison}
     for frac, budget in report.budgets.items():
-        cells = []
+        row = [f"{frac} (T={budget})"]
         for arm in arms:
-            r = by_key.get((arm, frac))
-            cells.append(
+            r = cell.get((arm, frac))
+            row.append(
                 "-"
                 if r is None
                 else f"{100 * r['value']:.1f} [{100 * r['lo']:.0f}, {100 * r['hi']:.0f}]"
             )
-        d = diffs.get(frac)
-        diff = (
-            "-"
-            if d is None
-            else f"{100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
-        )
-        table.add_row(f"{frac} (T={budget})", *cells, diff, paper.get(frac, "-"))
+        for arm in mix_arms:
+            d = diff.get((arm, frac))
+            row.append(
+                "-"
+                if d is None
+                else f"{100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
+            )
+        row.append(paper.get(frac, "-"))
+        table.add_row(*row)
     console.print(table)
 
 
