@@ -21,6 +21,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("budgetmix.evaluation.cli", "eval_main", "evaluate an agent on a Pass@(K,T) grid"),
     "report": ("budgetmix.evaluation.cli", "report_main", "rebuild or compare evaluation reports"),
     "train": ("budgetmix.training.cli", "train_main", "fine-tune a local model with BudgetMix RL"),
+    "diagnose": (
+        "budgetmix.training.diagnose_cli",
+        "diagnose_main",
+        "compare two policies step by step (exact Q), budget curves, recovery",
+    ),
     "notice": ("budgetmix.notice_cli", "notice_main", "print the budget notice for a state"),
 }
 

@@ -8,7 +8,7 @@ import pytest
 from budgetmix.cli import main
 
 
-@pytest.mark.parametrize("command", ["demo", "eval", "report", "train", "notice"])
+@pytest.mark.parametrize("command", ["demo", "eval", "report", "train", "diagnose", "notice"])
 def test_every_command_has_help(command: str, capsys: Any) -> None:
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])

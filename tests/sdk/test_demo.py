@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,25 @@ def test_demo_quick_controller_and_grid(tmp_path: Path) -> None:
     assert {"invoke_agent", "chat", "execute_tool"} <= names
     grace = [s for s in spans if s["attributes"].get("budgetmix.grace_turn")]
     assert grace, "grace mode produces grace turns at T=2"
+
+
+def test_demo_quick_runs_every_stage(tmp_path: Path) -> None:
+    """The README's main job in --quick mode: controller, grid, training, deployment."""
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "budgetmix.cli", "demo", "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "BudgetMix - fixed" in proc.stdout
+    assert "deployed under the controller" in proc.stdout
+    summary = json.loads((out / "experiment" / "summary.json").read_text())
+    arms = {row["arm"] for row in summary["grid"]}
+    assert {"base", "fixed"} <= arms and any(a.startswith("budgetmix") for a in arms)
+    assert (out / "experiment" / "report.md").read_text().startswith("#")
+    spans = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    deployed = [s for s in spans if s["name"] == "invoke_agent frozenlake-agent"]
+    assert deployed and all("budgetmix.status" in s["attributes"] for s in deployed)

@@ -1,0 +1,170 @@
+"""``budgetmix diagnose``: the paper's diagnostics for two policies on slippery FrozenLake.
+
+Policies are checkpoint directories (``budgetmix train`` / the experiment's
+``final/`` folders) or the built-in ``oracle`` (budget-aware optimum) and
+``blind`` (best budget-blind policy). Reports, with exact finite-horizon Q:
+
+* step-level action quality: from the *same states* (those policy B reaches),
+  the share where A's action is better / tied / worse, overall and right after
+  a mistake;
+* success vs budget (budget extrapolation curves) for both;
+* recovery injection: an invalid reply forced at a turn, success within the
+  budget left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["diagnose_main"]
+
+BUILTIN = ("oracle", "blind")
+
+
+def _policy(spec: str, model: Any) -> Any:
+    from budgetmix.training.diagnostics import frozenlake_oracle_policy
+    from budgetmix.training.experiment_lm import load_lm_policy
+
+    if spec in BUILTIN:
+        return frozenlake_oracle_policy(model, budget_blind=spec == "blind")
+    return load_lm_policy(spec)[0]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 4,7,14, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("budgets must be integers >= 1")
+    return values
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="budgetmix diagnose",
+        description="Compare two policies step by step (exact Q) on slippery FrozenLake.",
+    )
+    p.add_argument("--a", required=True, help="policy A: checkpoint dir, 'oracle' or 'blind'")
+    p.add_argument("--b", required=True, help="policy B (its states are compared): same forms")
+    p.add_argument("--desc", default="SFF,HFF,HHG", help="map rows, comma-separated")
+    p.add_argument(
+        "--success-rate", type=float, default=0.8, help="probability a move goes as intended"
+    )
+    p.add_argument(
+        "--budgets",
+        type=_ints,
+        default=None,
+        help="turn budgets (default 25..150%% of the ceiling)",
+    )
+    p.add_argument("--episodes", type=int, default=64, help="episodes per budget")
+    p.add_argument("--inject-at", type=int, default=2, help="turn of the forced mistake")
+    p.add_argument("--out", default=None, help="write the numbers as JSON here")
+    return p
+
+
+def diagnose_main(argv: list[str]) -> int:
+    """Run the diagnostics and print the tables; returns the exit code."""
+    args = _parser().parse_args(argv)
+    from budgetmix.training.diagnostics import (
+        compare_actions,
+        frozenlake_q,
+        invalid_reply,
+        recovery_injection,
+        run_episodes,
+        success_curve,
+    )
+    from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel, find_ceiling
+    from budgetmix.training.experiment_env import compact_tasks
+    from rich.console import Console
+    from rich.table import Table
+
+    desc = tuple(r.strip() for r in args.desc.split(","))
+    model = FrozenLakeModel(desc, True, args.success_rate)
+    ceiling = find_ceiling(model)
+    budgets = args.budgets or sorted(
+        {max(1, round(f * ceiling)) for f in (0.25, 0.5, 0.75, 1.0, 1.5)}
+    )
+    q = frozenlake_q(model)
+    tasks = compact_tasks(
+        range(1_000_000, 1_000_000 + args.episodes),
+        {"desc": desc, "success_rate": args.success_rate},
+    )
+    pa, pb = _policy(args.a, model), _policy(args.b, model)
+    console = Console()
+
+    points = [p for t in budgets for tr in run_episodes(tasks, pb, t, q=q) for p in tr.points]
+    cmp = compare_actions(points, pa, pb, q)
+    table = Table(
+        title=f"A={args.a} vs B={args.b}: same states ({cmp.n}; "
+        f"{cmp.n_after_mistake} right after a mistake), exact Q"
+    )
+    for col in ("", "A better", "tie", "B better"):
+        table.add_column(col)
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    table.add_row("all states", pct(cmp.a_better), pct(cmp.tie), pct(cmp.b_better))
+    table.add_row(
+        "after a mistake",
+        pct(cmp.a_better_after_mistake),
+        pct(cmp.tie_after_mistake),
+        pct(cmp.b_better_after_mistake),
+    )
+    console.print(table)
+
+    curves = {name: success_curve(tasks, pol, budgets) for name, pol in (("A", pa), ("B", pb))}
+    ctable = Table(title=f"Success vs budget (ceiling {ceiling}; extrapolation beyond it)")
+    ctable.add_column("T")
+    ctable.add_column("A")
+    ctable.add_column("B")
+    for i, t in enumerate(budgets):
+        ctable.add_row(
+            f"{t}{'*' if t > ceiling else ''}",
+            *(
+                f"{100 * c[i].rate:.1f}% [{100 * c[i].low:.0f}, {100 * c[i].high:.0f}]"
+                for c in curves.values()
+            ),
+        )
+    console.print(ctable)
+
+    budget = min(ceiling, max(budgets))
+    recovery = {
+        name: recovery_injection(
+            tasks, pol, budget, min(args.inject_at, budget), invalid_reply(), q=q
+        )
+        for name, pol in (("A", pa), ("B", pb))
+    }
+    rtable = Table(title=f"Recovery: invalid reply forced at turn {args.inject_at}, T={budget}")
+    for col in ("policy", "recovered", "rate [95% CI]", "without injection"):
+        rtable.add_column(col)
+    for name, r in recovery.items():
+        rtable.add_row(
+            name,
+            f"{r.recovered}/{r.injected}",
+            f"{100 * r.rate:.0f}% [{100 * r.low:.0f}, {100 * r.high:.0f}]",
+            f"{100 * r.baseline_rate:.0f}%",
+        )
+    console.print(rtable)
+
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "a": args.a,
+                    "b": args.b,
+                    "ceiling": ceiling,
+                    "budgets": budgets,
+                    "action_quality": cmp.to_dict(),
+                    "curves": {k: [p.to_dict() for p in v] for k, v in curves.items()},
+                    "recovery": {k: v.to_dict() for k, v in recovery.items()},
+                },
+                indent=2,
+            )
+        )
+    return 0
