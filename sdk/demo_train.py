@@ -161,7 +161,7 @@ def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> 
     from budgetmix.training.experiment_config import experiment_preset
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # per-checkpoint load/save bars drown the demo's own
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bars drown the demo
     preset = "quick" if quick else ("full" if full else "default")
     report = run_experiment(experiment_preset(preset), out / "experiment", progress=True)
     _print_comparison(console, report)
