@@ -58,7 +58,7 @@ def test_demo_quick_runs_every_stage(tmp_path: Path) -> None:
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "BudgetMix - fixed" in proc.stdout
+    assert "BudgetMix minus fixed" in proc.stdout
     assert "deployed under the controller" in proc.stdout
     summary = json.loads((out / "experiment" / "summary.json").read_text())
     arms = {row["arm"] for row in summary["grid"]}
