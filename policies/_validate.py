@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from budgetmix.exceptions import ConfigError
 
 __all__: list[str] = []
+
+R = TypeVar("R")
 
 
 def positive_int(field: str, value: Any) -> int:
@@ -68,3 +70,16 @@ def sequence_of_mappings(field: str, value: Any) -> list[Any]:
     if not value:
         raise ConfigError(f"{field} must not be empty")
     return list(value)
+
+
+def any_of(path: str, config: Mapping[str, Any], build: Callable[..., R | None]) -> tuple[R, ...]:
+    """The rules of an ``{"kind": "any", "of": [...]}`` config, each built with
+    ``build(item, path=...)``; an ``off`` member is an error naming its place."""
+    only_keys(path, config, ("of",))
+    rules: list[R] = []
+    for i, item in enumerate(sequence_of_mappings(f"{path}.of", config.get("of"))):
+        rule = build(item, path=f"{path}.of[{i}]")
+        if rule is None:
+            raise ConfigError(f"{path}.of[{i}] must not be off")
+        rules.append(rule)
+    return tuple(rules)

@@ -176,15 +176,7 @@ def early_stop_from_config(
     cfg: dict[str, Any] = {"kind": config} if isinstance(config, str) else v.mapping(path, config)
     kind = v.kind(path, cfg, _KINDS)
     if kind == "any":
-        v.only_keys(path, cfg, ("of",))
-        items = v.sequence_of_mappings(f"{path}.of", cfg.get("of"))
-        rules = []
-        for i, item in enumerate(items):
-            rule = early_stop_from_config(item, path=f"{path}.of[{i}]")
-            if rule is None:
-                raise ConfigError(f"{path}.of[{i}] must not be off")
-            rules.append(rule)
-        return StopAny(tuple(rules))
+        return StopAny(v.any_of(path, cfg, early_stop_from_config))
     if kind == "no_progress":
         v.only_keys(path, cfg, ("turns",))
         if "turns" in cfg:

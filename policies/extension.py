@@ -299,15 +299,7 @@ def extension_from_config(
     cfg: dict[str, Any] = {"kind": config} if isinstance(config, str) else v.mapping(path, config)
     kind = v.kind(path, cfg, _KINDS)
     if kind == "any":
-        v.only_keys(path, cfg, ("of",))
-        items = v.sequence_of_mappings(f"{path}.of", cfg.get("of"))
-        rules = []
-        for i, item in enumerate(items):
-            rule = extension_from_config(item, path=f"{path}.of[{i}]")
-            if rule is None:
-                raise ConfigError(f"{path}.of[{i}] must not be off")
-            rules.append(rule)
-        return ExtendAny(tuple(rules))
+        return ExtendAny(v.any_of(path, cfg, extension_from_config))
     v.only_keys(path, cfg, _FIELDS[kind])
     for key in ("step", "max_grants", "turns", "lookback"):
         if key in cfg:
