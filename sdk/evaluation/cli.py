@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="declare the agent budget-blind (no notice; prefix sharing)",
     )
-    p.add_argument("--model", help="local checkpoint directory (agent local)")
+    p.add_argument("--model", help="model directory (agents local and checkpoint)")
     p.add_argument("--base-url", help="OpenAI-compatible base URL (agent openai)")
     p.add_argument("--model-name", help="model name sent to the server (agent openai)")
     p.add_argument("--api-key-env", help="environment variable holding the API key")
