@@ -88,9 +88,9 @@ class _SyncMessages(_Messages):
         req = self._start(kwargs)
         if req is None:
             return self._sdk.create(**kwargs)
-        body = req.body
+        body, sent = req.body, req.sdk_kwargs()
         try:
-            result = req.turn.call(lambda: self._raw.create(**body), sleep=self._owner._sleep)
+            result = req.turn.call(lambda: self._raw.create(**sent), sleep=self._owner._sleep)
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:
@@ -110,10 +110,10 @@ class _AsyncMessages(_Messages):
         req = self._start(kwargs)
         if req is None:
             return await self._sdk.create(**kwargs)
-        body = req.body
+        body, sent = req.body, req.sdk_kwargs()
         try:
             result = await req.turn.acall(
-                lambda: self._raw.create(**body), sleep=self._owner._sleep
+                lambda: self._raw.create(**sent), sleep=self._owner._sleep
             )
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
@@ -142,8 +142,8 @@ class _StreamManager:
         if req is None:
             self._passthrough = m._sdk.stream(**self._kwargs)
             return self._passthrough.__enter__()
-        body = {**req.body, "stream": True}
-        raw = req.turn.call(lambda: m._raw.create(**body), sleep=m._owner._sleep)
+        sent = req.sdk_kwargs(stream=True)
+        raw = req.turn.call(lambda: m._raw.create(**sent), sleep=m._owner._sleep)
         self._proxy = RecordingStream(raw, req)
         from anthropic import NOT_GIVEN
         from anthropic.lib.streaming import MessageStream
@@ -172,8 +172,8 @@ class _AsyncStreamManager:
         if req is None:
             self._passthrough = m._sdk.stream(**self._kwargs)
             return await self._passthrough.__aenter__()
-        body = {**req.body, "stream": True}
-        raw = await req.turn.acall(lambda: m._raw.create(**body), sleep=m._owner._sleep)
+        sent = req.sdk_kwargs(stream=True)
+        raw = await req.turn.acall(lambda: m._raw.create(**sent), sleep=m._owner._sleep)
         self._proxy = AsyncRecordingStream(raw, req)
         from anthropic import NOT_GIVEN
         from anthropic.lib.streaming import AsyncMessageStream

@@ -353,18 +353,17 @@ class _TransportCore:
                 **(opts if isinstance(opts, dict) else {}),
                 "include_usage": True,
             }
-        headers = [
-            (k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"
-        ]
+        content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+        headers = lib.Headers(request.headers)  # a copy, with the new body's length
+        headers["content-length"] = str(len(content))
         if out.get("stream") is True:
             # we read the event stream as it passes: ask for it uncompressed
-            headers = [(k, v) for k, v in headers if k.lower() != "accept-encoding"]
-            headers.append(("accept-encoding", "identity"))
+            headers["accept-encoding"] = "identity"
         outgoing = lib.Request(
             request.method,
             request.url,
             headers=headers,
-            content=json.dumps(out).encode(),
+            stream=lib.ByteStream(content),  # headers are final: skip httpx's re-encoding
             extensions=request.extensions,
         )
         return _Plan(lib, kind, req, outgoing)

@@ -124,9 +124,9 @@ class _SyncEndpoint(_Endpoint):
         req = self._start(kwargs)
         if req is None:
             return self._sdk.create(**kwargs)
-        body, sleep = req.body, self._owner._sleep
+        body, sleep, sent = req.body, self._owner._sleep, req.sdk_kwargs()
         try:
-            result = req.turn.call(lambda: self._raw.create(**body), sleep=sleep)
+            result = req.turn.call(lambda: self._raw.create(**sent), sleep=sleep)
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:
@@ -141,9 +141,9 @@ class _AsyncEndpoint(_Endpoint):
         req = self._start(kwargs)
         if req is None:
             return await self._sdk.create(**kwargs)
-        body, sleep = req.body, self._owner._sleep
+        body, sleep, sent = req.body, self._owner._sleep, req.sdk_kwargs()
         try:
-            result = await req.turn.acall(lambda: self._raw.create(**body), sleep=sleep)
+            result = await req.turn.acall(lambda: self._raw.create(**sent), sleep=sleep)
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
         if body.get("stream") is True:

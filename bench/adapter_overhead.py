@@ -1,15 +1,17 @@
 """What the provider adapters cost per model call, and what they keep of the prompt cache.
 
-    .venv/bin/python bench/adapter_overhead.py [--calls 40] [--repeats 15]
+    .venv/bin/python bench/adapter_overhead.py [--calls 20] [--repeats 40] [--server process]
 
 1. Latency: the same ``openai.OpenAI`` client against the same loopback fake
-   server (``budgetmix.adapters.fake_server``), unwrapped, wrapped with
-   ``budgeted(...)``, and with ``BudgetTransport`` in its HTTP client; whole and
-   streamed chat completions. Variants run in interleaved blocks (rotating order)
-   each call timed right next to a call of its unwrapped baseline (alternating
-   which goes first), so machine load and position effects cancel; an A/A pair
-   (unwrapped vs unwrapped) shows the noise floor. Reported: the median call, and
-   the overhead as the median of the paired differences with their IQR.
+   server (``budgetmix.adapters.fake_server``, in its own process like a local
+   vLLM or Ollama; ``--server thread`` puts it on a thread here), unwrapped,
+   wrapped with ``budgeted(...)``, and with ``BudgetTransport`` in its HTTP
+   client; whole and streamed chat completions. Each round (a fresh episode)
+   times a block of calls of every variant right next to a block of its
+   unwrapped baseline (alternating which goes first, rotating the variants'
+   order), so machine load and position effects cancel; an A/A pair (unwrapped
+   vs unwrapped) shows the noise floor. Reported: the median per-call time, and
+   the overhead as the median of the paired block differences with their IQR.
    The adapters' own CPU per call is measured apart, with the SDK call (or the
    inner transport) stubbed out, since loopback noise is larger than it.
 2. Prefix stability: a 12-turn tool conversation rendered as request bytes. With
@@ -22,12 +24,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -50,17 +54,48 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q[0], q[1], q[2]
 
 
-def latency(calls: int, repeats: int) -> list[tuple[str, float, float, float, float]]:
-    server = FakeLLMServer(default=Reply.say("ok " * 20, input_tokens=300, output_tokens=20))
-    server.start()
-    controller = BudgetController(Budget(turns=10 * calls * repeats))
+_SERVE = """
+import sys
+from budgetmix.adapters.fake_server import FakeLLMServer, Reply
+server = FakeLLMServer(default=Reply.say("ok " * 20, input_tokens=300, output_tokens=20)).start()
+print(server.base_url, flush=True)
+sys.stdin.read()  # serve until the benchmark closes our stdin
+"""
+
+
+@contextlib.contextmanager
+def loopback_server(where: str) -> Iterator[str]:
+    """The fake server's base URL: in its own process (like a local vLLM or Ollama) or
+    on a thread of this one (shares this process's GIL with the client)."""
+    if where == "thread":
+        with FakeLLMServer(
+            default=Reply.say("ok " * 20, input_tokens=300, output_tokens=20)
+        ) as server:
+            yield server.base_url
+        return
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
+def latency(
+    base_url: str, calls: int, repeats: int
+) -> list[tuple[str, float, float, float, float]]:
+    controller = BudgetController(Budget(turns=4 * calls + 10))
     # one connection pool for all: every variant talks over the same keep-alive
-    # connection to the same server thread, so only the adapters differ
+    # connection to the same server, so only the adapters differ
     pool = httpx.HTTPTransport()
 
     def client(transport: Any) -> openai.OpenAI:
         return openai.OpenAI(
-            base_url=server.base_url,
+            base_url=base_url,
             api_key="bench",
             max_retries=0,
             http_client=httpx.Client(transport=transport),
@@ -91,6 +126,16 @@ def latency(calls: int, repeats: int) -> list[tuple[str, float, float, float, fl
     def by_hand() -> None:  # what the wrapper sends, built by hand: one more message
         plain.chat.completions.create(model="gpt-4o", messages=[*MESSAGES, notice])
 
+    def usage_by_hand() -> None:  # the stream's final usage chunk, asked for by hand
+        stream = plain.chat.completions.create(
+            model="gpt-4o",
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        for _ in stream:
+            pass
+
     base_whole, base_stream = whole(plain), streamed(plain)
     variants: dict[str, Callable[[], None]] = {
         "unwrapped vs itself (A/A)": base_whole,
@@ -98,6 +143,7 @@ def latency(calls: int, repeats: int) -> list[tuple[str, float, float, float, fl
         "budgeted(client)": whole(wrapped),
         "BudgetTransport": whole(via_transport),
         "unwrapped vs itself (A/A), stream": base_stream,
+        "unwrapped + include_usage by hand, stream": usage_by_hand,
         "budgeted(client), stream": streamed(wrapped),
         "BudgetTransport, stream": streamed(via_transport),
     }
@@ -107,26 +153,29 @@ def latency(calls: int, repeats: int) -> list[tuple[str, float, float, float, fl
             for _ in range(5):
                 fn()
 
-    # paired design: each variant runs right next to its baseline, in alternating
-    # order, so load from elsewhere on the machine and position effects cancel out
+    # paired blocks: each variant's block of calls runs right next to a block of its
+    # baseline (alternating which goes first, rotating the variants' order per round),
+    # so load from elsewhere on the machine and position effects cancel out
     def timed(fn: Callable[[], None]) -> float:
         start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e6
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls * 1e6
 
     samples: dict[str, list[float]] = {k: [] for k in variants}
     diffs: dict[str, list[float]] = {k: [] for k in variants}
-    with controller.episode():
-        for r in range(repeats * calls):
-            for name, fn in variants.items():
-                base = baseline[name]
+    names = list(variants)
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        with controller.episode():  # a fresh episode per round, as an agent has per task
+            for name in order:
+                fn, base = variants[name], baseline[name]
                 if r % 2:
                     t_base, t_var = timed(base), timed(fn)
                 else:
                     t_var, t_base = timed(fn), timed(base)
                 samples[name].append(t_var)
                 diffs[name].append(t_var - t_base)
-    server.stop()
     rows = []
     for name in variants:
         q1, med, q3 = quartiles(diffs[name])
@@ -307,17 +356,26 @@ def prefix_stability(turns: int = 12) -> list[tuple[str, float, float, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=40, help="calls per block")
-    parser.add_argument("--repeats", type=int, default=15, help="blocks per variant")
+    parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
+    parser.add_argument("--repeats", type=int, default=40, help="paired blocks per variant")
+    parser.add_argument(
+        "--server",
+        choices=("process", "thread"),
+        default="process",
+        help="run the loopback fake server in its own process (default) or on a thread here",
+    )
     args = parser.parse_args(argv)
     print(
         f"python {sys.version.split()[0]}, openai {openai.__version__}, httpx {httpx.__version__}"
     )
-    rounds = args.repeats * args.calls
-    print(f"\n### Per-call latency, loopback fake server ({rounds} paired calls each)\n")
+    print(
+        f"\n### Per-call latency, loopback fake server in a {args.server} "
+        f"({args.repeats} paired blocks of {args.calls} calls each)\n"
+    )
     print("| variant | median per call (us) | overhead (us) | IQR of overhead (us) | overhead |")
     print("|---|---:|---:|---:|---:|")
-    rows = latency(args.calls, args.repeats)
+    with loopback_server(args.server) as base_url:
+        rows = latency(base_url, args.calls, args.repeats)
     base = {"stream" in r[0]: r[1] for r in rows if "A/A" in r[0]}
     for name, med, over, q1, q3 in rows:
         ref = base["stream" in name]

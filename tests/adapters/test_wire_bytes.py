@@ -1,0 +1,110 @@
+"""The wrappers send the notice without re-running the SDK's per-message transform when
+the history is plain JSON (``extra_body``). These tests pin that the bytes on the wire
+are the same as when the SDK transforms the whole list itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, CHAT_TOOLS, make_rig
+from budgetmix.adapters.anthropic import budgeted as budgeted_anthropic
+from budgetmix.adapters.openai import budgeted
+
+pytest.importorskip("openai")
+pytest.importorskip("anthropic")
+
+CHAT_HISTORY: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief. ü ✓"},
+    {"role": "user", "content": [{"type": "text", "text": "what is 1+2?"}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "3"},
+]
+ANTHROPIC_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": "what is 1+2?"},
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}],
+    },
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "3"}]},
+]
+
+
+def sent_bodies(send: Any, histories: list[Any], make: Any) -> list[bytes]:
+    """The request bytes of one call per history, each in a fresh episode of a fresh rig."""
+    bodies = []
+    for history in histories:
+        rig = make_rig()
+        client = make(rig)
+        with rig.controller.episode():
+            send(client, history)
+        bodies.append(rig.fake.requests[-1].body)
+    return bodies
+
+
+def as_tuple(history: list[Any]) -> Any:
+    return tuple(history)  # not a list: the wrapper hands the whole list to the SDK
+
+
+@pytest.mark.parametrize("extra_body", [None, {"metadata_x": 1}])
+def test_chat_bytes_match_the_sdk_path(extra_body: dict[str, Any] | None) -> None:
+    def send(client: Any, history: Any) -> None:
+        kw = {} if extra_body is None else {"extra_body": extra_body}
+        client.chat.completions.create(model="gpt-4o", messages=history, tools=CHAT_TOOLS, **kw)
+
+    fast, sdk = sent_bodies(
+        send,
+        [CHAT_HISTORY, as_tuple(CHAT_HISTORY)],
+        lambda rig: budgeted(rig.openai(), rig.controller),
+    )
+    assert fast == sdk and b"Budget (v1)" in fast
+    if extra_body is not None:
+        assert b'"metadata_x":1' in fast
+
+
+def test_responses_bytes_match_the_sdk_path() -> None:
+    history = [{"role": "user", "content": "hi"}]
+
+    def send(client: Any, items: Any) -> None:
+        client.responses.create(model="gpt-4o", input=items)
+
+    fast, sdk = sent_bodies(
+        send, [history, as_tuple(history)], lambda rig: budgeted(rig.openai(), rig.controller)
+    )
+    assert fast == sdk and b"Budget (v1)" in fast
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_bytes_match_the_sdk_path(stream: bool) -> None:
+    def send(client: Any, history: Any) -> None:
+        kw: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 64, "messages": history}
+        if stream:
+            with client.messages.stream(**kw, tools=ANTHROPIC_TOOLS) as s:
+                s.get_final_message()
+        else:
+            client.messages.create(**kw, tools=ANTHROPIC_TOOLS)
+
+    fast, sdk = sent_bodies(
+        send,
+        [ANTHROPIC_HISTORY, as_tuple(ANTHROPIC_HISTORY)],
+        lambda rig: budgeted_anthropic(rig.anthropic(), rig.controller),
+    )
+    assert fast == sdk and b"Budget (v1)" in fast
+
+
+def test_the_callers_extra_body_is_kept_next_to_the_notice() -> None:
+    rig = make_rig()
+    client = budgeted(rig.openai(), rig.controller)
+    with rig.controller.episode():
+        client.chat.completions.create(
+            model="gpt-4o", messages=CHAT_HISTORY, extra_body={"temperature": 0}
+        )
+    body = rig.fake.requests[-1].json
+    assert body["messages"][:-1] == CHAT_HISTORY and body["temperature"] == 0
+    assert body["messages"][-1]["content"].startswith("Budget (v1)")
