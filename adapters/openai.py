@@ -18,9 +18,13 @@ is a ``provider_error`` mistake and :class:`~budgetmix.ProviderError` raised
 ``from`` the SDK's exception. Outside an episode the wrapper is transparent;
 every other attribute is the client's own.
 
-The SDK's ``stream()``/``parse()`` helpers and ``with_raw_response`` are not
-budgeted yet: inside an episode they raise :class:`~budgetmix.BudgetmixError`
-(use ``create(stream=True)``, or :mod:`budgetmix.adapters.http`, which sees them all).
+The SDK's helpers are budgeted the same way: ``parse()`` (structured outputs),
+``stream()`` (the SDK's event stream and ``get_final_completion()``, run over the
+budgeted ``create(stream=True)``; the turn is charged when the ``with`` block opens
+it) and ``with_raw_response.create/parse`` (headers and status kept). Only
+``with_streaming_response``, whose raw body the caller reads, raises
+:class:`~budgetmix.BudgetmixError` inside an episode: use
+:mod:`budgetmix.adapters.http`, which sees every byte.
 
 Tool-call mistakes are recorded with their call ids when the response arrives
 (``{m.call_id for m in ep.mistakes}``): answer such calls with an error rather
@@ -35,6 +39,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from budgetmix.adapters._openai_helpers import (
+    AsyncHelperStreamManager,
+    AsyncRawResponses,
+    HelperResource,
+    HelperStreamManager,
+    RawResponses,
+    RecordingRawResponse,
+)
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._wire import TurnRequest, WireKind, as_format_error, field, parse_response
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
@@ -80,7 +92,8 @@ def resolve_episode(target: Target) -> Episode | None:
 
 
 class _Endpoint:
-    """``create`` of one endpoint, budgeted; every other attribute is the SDK's."""
+    """One endpoint (``chat.completions``, ``responses``): ``create``, ``parse``, ``stream``
+    and ``with_raw_response`` budgeted; every other attribute is the SDK's."""
 
     def __init__(self, owner: _Wrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
@@ -101,15 +114,27 @@ class _Endpoint:
 
     def __getattr__(self, name: str) -> Any:
         if name in _UNBUDGETED and resolve_episode(self._owner._target) is not None:
-            # these send requests the wrapper cannot see: refuse rather than not enforce
+            # the raw body stream is the caller's to read: refuse rather than not enforce
             raise BudgetmixError(
-                f"{name}() is not budgeted by budgetmix yet; inside an episode use "
-                "create(..., stream=True) or the httpx BudgetTransport instead"
+                f"{name} is not budgeted by budgetmix; inside an episode use create(), "
+                "stream(), with_raw_response, or the httpx BudgetTransport, which sees it all"
             )
         return getattr(self._sdk, name)
 
+    def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
+        if req.body.get("stream") is True:
+            return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
+        req.finish(parse_response(self._kind, result))
+        return result
 
-_UNBUDGETED = frozenset({"stream", "parse", "with_raw_response", "with_streaming_response"})
+    def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:
+        if req.body.get("stream") is True:
+            return RecordingRawResponse(raw, lambda s: self._finish(req, s, is_async=is_async))
+        self._finish(req, raw.parse(), is_async=is_async)  # parse() caches: the caller's is free
+        return raw
+
+
+_UNBUDGETED = frozenset({"with_streaming_response"})
 
 
 class _SyncEndpoint(_Endpoint):
@@ -124,15 +149,41 @@ class _SyncEndpoint(_Endpoint):
         req = self._start(kwargs)
         if req is None:
             return self._sdk.create(**kwargs)
-        body, sleep, sent = req.body, self._owner._sleep, req.sdk_kwargs()
+        return self._finish(req, self._send(req, self._raw.create), is_async=False)
+
+    def parse(self, **kwargs: Any) -> Any:
+        """The SDK's ``parse`` (structured outputs), budgeted like :meth:`create`."""
+        req = self._start(kwargs)
+        if req is None:
+            return self._sdk.parse(**kwargs)
+        return self._finish(req, self._send(req, self._raw.parse), is_async=False)
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's ``stream()`` helper, run over the budgeted ``create(stream=True)``:
+        the turn is charged when the ``with`` block opens the stream; usage is recorded
+        when it ends (or what arrived, when the block is left early)."""
+        resource = HelperResource(self)
+        return HelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
+
+    @property
+    def with_raw_response(self) -> RawResponses:
+        """The SDK's ``with_raw_response``: ``create``/``parse`` return its raw response
+        (headers, status), budgeted; a streamed one's ``parse()`` records as it is read."""
+        return RawResponses(self)
+
+    def _send(self, req: TurnRequest, method: Callable[..., Any]) -> Any:
+        sent = req.sdk_kwargs()
         try:
-            result = req.turn.call(lambda: self._raw.create(**sent), sleep=sleep)
+            return req.turn.call(lambda: method(**sent), sleep=self._owner._sleep)
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
-        if body.get("stream") is True:
-            return RecordingStream(result, req)
-        req.finish(parse_response(self._kind, result))
-        return result
+
+    def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
+        req = self._start(kwargs)
+        if req is None:
+            return getattr(self._sdk.with_raw_response, name)(**kwargs)
+        raw = self._send(req, getattr(self._raw.with_raw_response, name))
+        return self._finish_raw(req, raw, is_async=False)
 
 
 class _AsyncEndpoint(_Endpoint):
@@ -141,15 +192,38 @@ class _AsyncEndpoint(_Endpoint):
         req = self._start(kwargs)
         if req is None:
             return await self._sdk.create(**kwargs)
-        body, sleep, sent = req.body, self._owner._sleep, req.sdk_kwargs()
+        return self._finish(req, await self._send(req, self._raw.create), is_async=True)
+
+    async def parse(self, **kwargs: Any) -> Any:
+        """The SDK's async ``parse``, budgeted like :meth:`create`."""
+        req = self._start(kwargs)
+        if req is None:
+            return await self._sdk.parse(**kwargs)
+        return self._finish(req, await self._send(req, self._raw.parse), is_async=True)
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's ``stream()`` helper over the budgeted ``create`` (``async with``)."""
+        resource = HelperResource(self)
+        return AsyncHelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
+
+    @property
+    def with_raw_response(self) -> AsyncRawResponses:
+        """Async twin of :attr:`_SyncEndpoint.with_raw_response`."""
+        return AsyncRawResponses(self)
+
+    async def _send(self, req: TurnRequest, method: Callable[..., Awaitable[Any]]) -> Any:
+        sent = req.sdk_kwargs()
         try:
-            result = await req.turn.acall(lambda: self._raw.create(**sent), sleep=sleep)
+            return await req.turn.acall(lambda: method(**sent), sleep=self._owner._sleep)
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
-        if body.get("stream") is True:
-            return AsyncRecordingStream(result, req)
-        req.finish(parse_response(self._kind, result))
-        return result
+
+    async def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
+        req = self._start(kwargs)
+        if req is None:
+            return await getattr(self._sdk.with_raw_response, name)(**kwargs)
+        raw = await self._send(req, getattr(self._raw.with_raw_response, name))
+        return self._finish_raw(req, raw, is_async=True)
 
 
 class _Namespace:

@@ -322,20 +322,6 @@ def test_unreadable_body_is_a_response_format_error() -> None:
     assert kinds(ep) == ["provider_error"] and rig.net.count == 1
 
 
-def test_helpers_the_wrapper_cannot_see_are_refused_inside_an_episode() -> None:
-    from budgetmix import BudgetmixError
-
-    rig = make_rig()
-    client = budgeted(rig.openai(), rig.controller)
-    assert callable(client.chat.completions.stream)  # outside an episode: the SDK's
-    with rig.controller.episode():
-        with pytest.raises(BudgetmixError, match="stream=True"):
-            client.chat.completions.stream(model="gpt-4o", messages=USER)
-        with pytest.raises(BudgetmixError):
-            _ = client.responses.with_raw_response
-    assert rig.net.count == 0
-
-
 def test_sdks_are_imported_lazily_and_missing_ones_name_the_extra() -> None:
     import subprocess
     import sys
