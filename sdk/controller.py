@@ -187,6 +187,16 @@ class BudgetController:
         return cast(F, wrapper)
 
     # -- used by Episode ---------------------------------------------------------------
+    def tracer_is_no_op(self) -> bool:
+        """True when no span can be recorded: the API's no-op tracer, or the global proxy
+        while no SDK tracer provider is installed (asked each time: one may come later)."""
+        tracer = self.tracer
+        if isinstance(tracer, trace.NoOpTracer):
+            return True
+        return isinstance(tracer, trace.ProxyTracer) and isinstance(
+            trace.get_tracer_provider(), trace.ProxyTracerProvider
+        )
+
     def _enter(self, episode: Episode) -> contextvars.Token[Episode | None]:
         return _CURRENT.set(episode)
 

@@ -25,7 +25,7 @@ from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
 from budgetmix.steps import ToolCall, Turn
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import NonRecordingSpan, SpanKind
 
 if TYPE_CHECKING:
     import contextvars
@@ -219,18 +219,23 @@ class Episode:
         if grace or c.notice.should_notify(state):
             notice = render_notice(state, c.notice.format)
         number = state.turn_number + (1 if grace else 0)
-        # operation, provider and model go in at span start: samplers read them there
-        start_attrs: dict[str, str | int] = {sc.GEN_AI_OPERATION_NAME: "chat", sc.BM_TURN: number}
-        if c.provider_name:
-            start_attrs[sc.GEN_AI_PROVIDER_NAME] = c.provider_name
-        if model:
-            start_attrs[sc.GEN_AI_REQUEST_MODEL] = model
-        span = c.tracer.start_span(
-            f"chat {model}" if model else "chat",
-            context=trace.set_span_in_context(self._span),
-            kind=SpanKind.CLIENT,
-            attributes=start_attrs,
-        )
+        span = self._no_op_child()
+        if span is None:
+            # operation, provider and model go in at span start: samplers read them there
+            start_attrs: dict[str, str | int] = {
+                sc.GEN_AI_OPERATION_NAME: "chat",
+                sc.BM_TURN: number,
+            }
+            if c.provider_name:
+                start_attrs[sc.GEN_AI_PROVIDER_NAME] = c.provider_name
+            if model:
+                start_attrs[sc.GEN_AI_REQUEST_MODEL] = model
+            span = c.tracer.start_span(
+                f"chat {model}" if model else "chat",
+                context=trace.set_span_in_context(self._span),
+                kind=SpanKind.CLIENT,
+                attributes=start_attrs,
+            )
         if span.is_recording():
             span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
             if grace:
@@ -241,6 +246,15 @@ class Episode:
             self._maybe_warn(state)
             call_hooks(c.hooks, "on_turn", self, number)
         return turn
+
+    def _no_op_child(self, parent: trace.Span | None = None) -> trace.Span | None:
+        """What the OpenTelemetry no-op tracer returns for a child of ``parent`` (the
+        non-recording parent itself), without building the context and attributes it
+        would drop; ``None`` when a real tracer may record the child."""
+        parent = self._span if parent is None else parent
+        if isinstance(parent, NonRecordingSpan) and self.controller.tracer_is_no_op():
+            return parent
+        return None
 
     def _grace_turn(self, model: str | None) -> Turn:
         self._grace_used = True
@@ -337,8 +351,13 @@ class Episode:
             self._mark_exhausted(blocked)
             raise self._exhausted_error(blocked)
         parent = self._turn._span if self._turn is not None else self._span
-        ctx = trace.set_span_in_context(parent)
         turn = self.turn_number
+        no_op = self._no_op_child(parent)
+        if no_op is not None:
+            return [
+                ToolCall(self, name, cid, turn, no_op) for name, cid in zip(names, ids, strict=True)
+            ]
+        ctx = trace.set_span_in_context(parent)
         calls = []
         for name, cid in zip(names, ids, strict=True):
             attrs: dict[str, str] = {

@@ -403,3 +403,38 @@ def test_global_provider_and_atexit_flush(tmp_path: Path) -> None:
     )
     spans = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(spans) == 100 and spans[0]["scope"]["name"] == "library"
+
+
+_LATE_PROVIDER_SCRIPT = """
+import sys
+from budgetmix import Budget, BudgetController
+from budgetmix.telemetry import configure_tracing
+
+controller = BudgetController(Budget(turns=4))  # global tracer, no SDK provider yet
+assert controller.tracer_is_no_op()
+with controller.episode() as ep:  # nothing can record: turns and tools skip span work
+    with ep.begin_turn(model="m"), ep.tool_call("t"):
+        pass
+    ep.finish(True)
+handle = configure_tracing("jsonl", path=sys.argv[1])
+assert not controller.tracer_is_no_op()
+with controller.episode() as ep:
+    with ep.begin_turn(model="m"), ep.tool_call("t", "c1"):
+        pass
+    ep.finish(True)
+handle.shutdown()
+"""
+
+
+def test_a_provider_installed_later_records_the_next_episodes_spans(tmp_path: Path) -> None:
+    path = tmp_path / "late.jsonl"
+    subprocess.run(
+        [sys.executable, "-c", _LATE_PROVIDER_SCRIPT, str(path)], check=True, capture_output=True
+    )
+    spans = read_jsonl_spans(path)
+    names = sorted(s["name"] for s in spans)
+    assert names == ["chat m", "execute_tool t", "invoke_agent agent"]
+    by_name = {s["name"]: s for s in spans}
+    root = by_name["invoke_agent agent"]
+    assert by_name["chat m"]["parent_span_id"] == root["span_id"]
+    assert by_name["execute_tool t"]["parent_span_id"] == by_name["chat m"]["span_id"]
