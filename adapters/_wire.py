@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any, Literal
 
+from budgetmix.adapters.base import Usage
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import ProviderError, ResponseFormatError
 
@@ -35,6 +36,7 @@ __all__ = [
     "WireToolCall",
     "as_format_error",
     "field",
+    "neutral_usage",
     "parse_response",
     "tool_schemas",
     "validate_json",
@@ -86,6 +88,8 @@ class ParsedResponse:
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_tokens: int = 0  # of input_tokens: served from the provider's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens: written to it
     model: str | None = None
     finish_reasons: list[str] = dc_field(default_factory=list)
     tool_calls: list[WireToolCall] = dc_field(default_factory=list)
@@ -94,13 +98,59 @@ class ParsedResponse:
     truncated: bool = False
 
 
+# -- usage -----------------------------------------------------------------------------
+def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
+    """Chat Completions ``usage``: cached tokens are part of ``prompt_tokens``."""
+    out.input_tokens = _int(field(usage, "prompt_tokens"))
+    out.output_tokens = _int(field(usage, "completion_tokens"))
+    details = field(usage, "prompt_tokens_details")
+    out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
+
+
+def read_responses_usage(out: ParsedResponse, usage: Any) -> None:
+    """Responses ``usage``: cached tokens are part of ``input_tokens``."""
+    out.input_tokens = _int(field(usage, "input_tokens"))
+    out.output_tokens = _int(field(usage, "output_tokens"))
+    details = field(usage, "input_tokens_details")
+    out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
+
+
+def read_anthropic_usage(out: ParsedResponse, usage: Any) -> None:
+    """Anthropic ``usage``: cache reads and writes come on top of ``input_tokens``; all
+    three are input the model processed, so all count towards input tokens."""
+    inp = _int(field(usage, "input_tokens"))
+    out.cache_read_tokens = _int(field(usage, "cache_read_input_tokens")) or 0
+    out.cache_write_tokens = _int(field(usage, "cache_creation_input_tokens")) or 0
+    if inp is not None:
+        inp += out.cache_read_tokens + out.cache_write_tokens
+    out.input_tokens = inp
+    out.output_tokens = _int(field(usage, "output_tokens"))
+
+
+def neutral_usage(kind: WireKind, usage: Any) -> Usage | None:
+    """A provider's ``usage`` object -> :class:`~budgetmix.adapters.base.Usage`
+    (``None`` when the response reported none)."""
+    if usage is None:
+        return None
+    out = ParsedResponse()
+    _USAGE_READERS[kind](out, usage)
+    return Usage(
+        out.input_tokens or 0, out.output_tokens or 0, out.cache_read_tokens, out.cache_write_tokens
+    )
+
+
+_USAGE_READERS = {
+    "chat": read_chat_usage,
+    "responses": read_responses_usage,
+    "anthropic": read_anthropic_usage,
+}
+
+
 # -- whole responses -------------------------------------------------------------------
 def parse_chat(obj: Any) -> ParsedResponse:
     """A Chat Completions response (``chat.completion``)."""
     out = ParsedResponse(model=field(obj, "model"))
-    usage = field(obj, "usage")
-    out.input_tokens = _int(field(usage, "prompt_tokens"))
-    out.output_tokens = _int(field(usage, "completion_tokens"))
+    read_chat_usage(out, field(obj, "usage"))
     choices = field(obj, "choices", [])
     if not choices:
         out.empty = True
@@ -127,9 +177,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
 def parse_responses(obj: Any) -> ParsedResponse:
     """A Responses API response (``object: response``)."""
     out = ParsedResponse(model=field(obj, "model"))
-    usage = field(obj, "usage")
-    out.input_tokens = _int(field(usage, "input_tokens"))
-    out.output_tokens = _int(field(usage, "output_tokens"))
+    read_responses_usage(out, field(obj, "usage"))
     status = field(obj, "status")
     if status:
         out.finish_reasons.append(str(status))
@@ -157,15 +205,7 @@ def parse_responses(obj: Any) -> ParsedResponse:
 def parse_anthropic(obj: Any) -> ParsedResponse:
     """An Anthropic Messages response (``type: message``)."""
     out = ParsedResponse(model=field(obj, "model"))
-    usage = field(obj, "usage")
-    inp = _int(field(usage, "input_tokens"))
-    if inp is not None:
-        # cache reads and writes are input the model processed too
-        inp += (_int(field(usage, "cache_read_input_tokens")) or 0) + (
-            _int(field(usage, "cache_creation_input_tokens")) or 0
-        )
-    out.input_tokens = inp
-    out.output_tokens = _int(field(usage, "output_tokens"))
+    read_anthropic_usage(out, field(obj, "usage"))
     reason = field(obj, "stop_reason")
     if reason:
         out.finish_reasons.append(str(reason))
@@ -210,8 +250,7 @@ class ChatStreamAccumulator:
             out.model = field(chunk, "model")
         usage = field(chunk, "usage")
         if usage is not None:
-            out.input_tokens = _int(field(usage, "prompt_tokens"))
-            out.output_tokens = _int(field(usage, "completion_tokens"))
+            read_chat_usage(out, usage)
         for choice in field(chunk, "choices", ()):
             self._seen = True
             delta = field(choice, "delta")
@@ -285,12 +324,8 @@ class AnthropicStreamAccumulator:
         if kind == "message_start":
             self._started = True
             msg = field(event, "message")
-            whole = parse_anthropic(msg)
-            out.model, out.input_tokens, out.output_tokens = (
-                whole.model,
-                whole.input_tokens,
-                whole.output_tokens,
-            )
+            out.model = field(msg, "model")
+            read_anthropic_usage(out, field(msg, "usage"))
         elif kind == "content_block_start":
             block = field(event, "content_block")
             self._blocks[field(event, "index", 0)] = [
@@ -584,13 +619,16 @@ class TurnRequest:
         if parsed.input_tokens is None and parsed.output_tokens is None:
             turn.add_event(EVENT_USAGE_MISSING, {"budgetmix.wire": self.kind})
         inp, out = parsed.input_tokens or 0, parsed.output_tokens or 0
-        cost = self.pricing.cost(model, inp, out) or 0.0
+        read, write = parsed.cache_read_tokens, parsed.cache_write_tokens
+        cost = self.pricing.cost(model, inp, out, cache_read=read, cache_write=write) or 0.0
         turn.usage(
             input_tokens=inp,
             output_tokens=out,
             cost_usd=cost,
             response_model=parsed.model,
             finish_reasons=parsed.finish_reasons or None,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
         )
         if parsed.truncated:
             turn.add_event(EVENT_TRUNCATED, {"budgetmix.wire": self.kind})

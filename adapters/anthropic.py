@@ -31,8 +31,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._wire import TurnRequest, as_format_error, field, parse_response
-from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
+from budgetmix.adapters._wire import (
+    TurnRequest,
+    as_format_error,
+    field,
+    neutral_usage,
+    parse_response,
+)
+from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.openai import Target, resolve_episode
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.exceptions import MissingExtraError, ProviderError
@@ -325,15 +331,12 @@ def anthropic_response(obj: Any) -> ModelResponse:
                     arguments=json.dumps(field(block, "input", {})),
                 )
             )
-    usage = field(obj, "usage")
     reason = _STOP.get(str(field(obj, "stop_reason", "end_turn")), "stop")
     return ModelResponse(
         text=text,
         tool_calls=tuple(calls),
         finish_reason="tool_calls" if calls and reason == "stop" else reason,
-        usage=Usage(int(field(usage, "input_tokens", 0)), int(field(usage, "output_tokens", 0)))
-        if usage is not None
-        else None,
+        usage=neutral_usage("anthropic", field(obj, "usage")),
         model=field(obj, "model"),
         raw=obj,
     )

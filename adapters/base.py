@@ -62,8 +62,14 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens one call used. ``input_tokens`` counts all input the model processed,
+    including the ``cache_read_tokens`` and ``cache_write_tokens`` of a provider's
+    prompt cache (priced apart)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -56,6 +56,11 @@ class Reply:
         finish_reason: ``stop``, ``tool_calls`` or ``length`` (default from the content);
             rendered in each wire's own words (``end_turn``, ``max_tokens``, ...).
         input_tokens, output_tokens: reported usage (default: request bytes / 4, output / 4).
+        cached_tokens: of the input, served from the prompt cache (reported in each wire's
+            own shape: inside ``prompt_tokens``/``input_tokens`` for OpenAI, beside
+            ``input_tokens`` as ``cache_read_input_tokens`` for Anthropic).
+        cache_write_tokens: of the input, written to the cache (Anthropic's
+            ``cache_creation_input_tokens``).
         usage: report usage at all.
         empty: no choices / output items / content blocks.
         status: HTTP status; not 2xx renders the provider's error body.
@@ -69,6 +74,8 @@ class Reply:
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     usage: bool = True
     empty: bool = False
     status: int = 200
@@ -195,11 +202,12 @@ class _Renderer:
             body["usage"] = self._chat_usage()
         return body
 
-    def _chat_usage(self) -> dict[str, int]:
+    def _chat_usage(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.inp,
             "completion_tokens": self.out,
             "total_tokens": self.inp + self.out,
+            "prompt_tokens_details": {"cached_tokens": self.reply.cached_tokens},
         }
 
     def chat_stream(self) -> Iterator[bytes]:
@@ -286,7 +294,7 @@ class _Renderer:
         if self.reply.usage and status is None:
             body["usage"] = {
                 "input_tokens": self.inp,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": self.reply.cached_tokens},
                 "output_tokens": self.out,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.inp + self.out,
@@ -373,7 +381,14 @@ class _Renderer:
             "stop_sequence": None,
         }
         if self.reply.usage:
-            body["usage"] = {"input_tokens": self.inp, "output_tokens": self.out if stop else 1}
+            r = self.reply
+            body["usage"] = {
+                # Anthropic reports cache reads and writes beside the uncached input
+                "input_tokens": max(0, self.inp - r.cached_tokens - r.cache_write_tokens),
+                "cache_read_input_tokens": r.cached_tokens,
+                "cache_creation_input_tokens": r.cache_write_tokens,
+                "output_tokens": self.out if stop else 1,
+            }
         return body
 
     def anthropic_stream(self) -> Iterator[bytes]:

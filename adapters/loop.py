@@ -42,6 +42,7 @@ from budgetmix.adapters.base import (
     ModelResponse,
     ToolCallRequest,
     ToolSpec,
+    Usage,
 )
 from budgetmix.adapters.tools import (
     PreparedCall,
@@ -242,21 +243,28 @@ class _AgentLoop:
 
     # -- internals ---------------------------------------------------------------------
     def _record_usage(self, turn: Turn, response: ModelResponse) -> None:
-        usage = response.usage
-        tokens_in = usage.input_tokens if usage is not None else 0
-        tokens_out = usage.output_tokens if usage is not None else 0
+        usage = response.usage or Usage()
         cost = 0.0
-        if self.pricing is not None and usage is not None:
-            found = self.pricing.cost(response.model, tokens_in, tokens_out)
-            if found is None:
-                found = self.pricing.cost(self.model_name, tokens_in, tokens_out)
-            cost = found or 0.0
+        if self.pricing is not None and response.usage is not None:
+            for model in (response.model, self.model_name):
+                found = self.pricing.cost(
+                    model,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    cache_read=usage.cache_read_tokens,
+                    cache_write=usage.cache_write_tokens,
+                )
+                if found is not None:
+                    cost = found
+                    break
         turn.usage(
-            input_tokens=tokens_in,
-            output_tokens=tokens_out,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
             cost_usd=cost,
             response_model=response.model,
             finish_reasons=[response.finish_reason],
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
         )
 
     def _append(self, message: ChatMessage) -> None:

@@ -48,8 +48,15 @@ from budgetmix.adapters._openai_helpers import (
     RecordingRawResponse,
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._wire import TurnRequest, WireKind, as_format_error, field, parse_response
-from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
+from budgetmix.adapters._wire import (
+    TurnRequest,
+    WireKind,
+    as_format_error,
+    field,
+    neutral_usage,
+    parse_response,
+)
+from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
@@ -370,16 +377,9 @@ _FINISH = {
 def chat_response(obj: Any) -> ModelResponse:
     """A Chat Completions response -> :class:`ModelResponse` (empty choices -> ``error``)."""
     choices = field(obj, "choices", [])
-    usage = field(obj, "usage")
-    neutral_usage = (
-        Usage(int(field(usage, "prompt_tokens", 0)), int(field(usage, "completion_tokens", 0)))
-        if usage is not None
-        else None
-    )
+    usage = neutral_usage("chat", field(obj, "usage"))
     if not choices:
-        return ModelResponse(
-            finish_reason="error", usage=neutral_usage, model=field(obj, "model"), raw=obj
-        )
+        return ModelResponse(finish_reason="error", usage=usage, model=field(obj, "model"), raw=obj)
     choice = choices[0]
     message = field(choice, "message")
     calls = tuple(
@@ -397,7 +397,7 @@ def chat_response(obj: Any) -> ModelResponse:
         text=str(field(message, "content", "") or ""),
         tool_calls=calls,
         finish_reason=reason,
-        usage=neutral_usage,
+        usage=usage,
         model=field(obj, "model"),
         raw=obj,
     )

@@ -2,7 +2,9 @@
 
 Prices are USD per million tokens, as the providers listed them when this
 table was written; they change, so pass your own (``Pricing({...})`` merges
-over the defaults) when the figure matters. A model is matched exactly, then
+over the defaults) when the figure matters. Input served from a provider's
+prompt cache, and input written to it (Anthropic), are priced apart when the
+response reports them. A model is matched exactly, then
 without a date or ``-latest`` suffix (``gpt-4o-2024-08-06`` -> ``gpt-4o``),
 then by the longest known prefix that ends at a ``-`` boundary
 (``claude-opus-4-1`` -> ``claude-opus-4``). An unknown model is never priced
@@ -26,7 +28,9 @@ _DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
-    """USD per million input and output tokens.
+    """USD per million tokens: input, output, and input served from (``cache_read``) or
+    written to (``cache_write``) the provider's prompt cache. A cache price left ``None``
+    is charged at the input price.
 
     Raises:
         ConfigError: a price is negative, NaN or infinite.
@@ -34,10 +38,14 @@ class ModelPrice:
 
     input_per_mtok: float
     output_per_mtok: float
+    cache_read_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("input_per_mtok", "output_per_mtok"):
+        for name in self.__slots__:
             value = getattr(self, name)
+            if value is None and name.startswith("cache_"):
+                continue
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
@@ -46,28 +54,45 @@ class ModelPrice:
             ):
                 raise ConfigError(f"ModelPrice.{name} must be a finite number >= 0, got {value!r}")
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """USD for this many tokens."""
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+    def cost(
+        self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0
+    ) -> float:
+        """USD for this many tokens; ``cache_read`` and ``cache_write`` are the parts of
+        ``input_tokens`` the cache served or stored."""
+        read_price = (
+            self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
+        )
+        write_price = (
+            self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
+        )
+        fresh = max(0, input_tokens - cache_read - cache_write)
+        return (
+            fresh * self.input_per_mtok
+            + cache_read * read_price
+            + cache_write * write_price
+            + output_tokens * self.output_per_mtok
+        ) / 1e6
 
 
-PriceLike = ModelPrice | tuple[float, float]
+PriceLike = ModelPrice | tuple[float, ...]
 
-_DEFAULTS: dict[str, tuple[float, float]] = {
-    # OpenAI
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-    "gpt-5": (1.25, 10.00),
-    "gpt-5-mini": (0.25, 2.00),
-    "gpt-5-nano": (0.05, 0.40),
-    "gpt-5.1": (1.25, 10.00),
-    "gpt-5.2": (1.75, 14.00),
-    "o3": (2.00, 8.00),
-    "o4-mini": (1.10, 4.40),
-    # Anthropic
+# OpenAI: (input, output, cached input); caching is automatic and writes cost nothing extra
+_OPENAI: dict[str, tuple[float, float, float]] = {
+    "gpt-4o": (2.50, 10.00, 1.25),
+    "gpt-4o-mini": (0.15, 0.60, 0.075),
+    "gpt-4.1": (2.00, 8.00, 0.50),
+    "gpt-4.1-mini": (0.40, 1.60, 0.10),
+    "gpt-4.1-nano": (0.10, 0.40, 0.025),
+    "gpt-5": (1.25, 10.00, 0.125),
+    "gpt-5-mini": (0.25, 2.00, 0.025),
+    "gpt-5-nano": (0.05, 0.40, 0.005),
+    "gpt-5.1": (1.25, 10.00, 0.125),
+    "gpt-5.2": (1.75, 14.00, 0.175),
+    "o3": (2.00, 8.00, 0.50),
+    "o4-mini": (1.10, 4.40, 0.275),
+}
+# Anthropic: (input, output); cache reads cost 0.1x input, 5-minute cache writes 1.25x
+_ANTHROPIC: dict[str, tuple[float, float]] = {
     "claude-opus-4": (15.00, 75.00),
     "claude-opus-4-5": (5.00, 25.00),
     "claude-sonnet-4": (3.00, 15.00),
@@ -78,15 +103,23 @@ _DEFAULTS: dict[str, tuple[float, float]] = {
     "claude-haiku-4-5": (1.00, 5.00),
     "claude-3-5-haiku": (0.80, 4.00),
 }
+_DEFAULTS: dict[str, ModelPrice] = {
+    **{m: ModelPrice(i, o, cache_read_per_mtok=c) for m, (i, o, c) in _OPENAI.items()},
+    **{
+        m: ModelPrice(i, o, cache_read_per_mtok=i * 0.1, cache_write_per_mtok=i * 1.25)
+        for m, (i, o) in _ANTHROPIC.items()
+    },
+}
 
 
 def _as_price(model: str, value: PriceLike) -> ModelPrice:
     if isinstance(value, ModelPrice):
         return value
-    if isinstance(value, tuple) and len(value) == 2:
-        return ModelPrice(float(value[0]), float(value[1]))
+    if isinstance(value, tuple) and 2 <= len(value) <= 4:
+        return ModelPrice(*(float(v) for v in value))
     raise ConfigError(
-        f"Pricing[{model!r}] must be a ModelPrice or (input, output) tuple, got {value!r}"
+        f"Pricing[{model!r}] must be a ModelPrice or an (input, output[, cache_read"
+        f"[, cache_write]]) tuple of USD per million tokens, got {value!r}"
     )
 
 
@@ -108,7 +141,7 @@ class Pricing:
     ) -> None:
         table: dict[str, ModelPrice] = {}
         if defaults:
-            table.update({k: ModelPrice(*v) for k, v in _DEFAULTS.items()})
+            table.update(_DEFAULTS)
         for model, value in (prices or {}).items():
             if not isinstance(model, str) or not model:
                 raise ConfigError(f"Pricing: model names must be non-empty strings, got {model!r}")
@@ -157,10 +190,22 @@ class Pricing:
             )
         return found
 
-    def cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
-        """USD for a call, or ``None`` when the model is unknown."""
+    def cost(
+        self,
+        model: str | None,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cache_read: int = 0,
+        cache_write: int = 0,
+    ) -> float | None:
+        """USD for a call, or ``None`` when the model is unknown (see :meth:`ModelPrice.cost`)."""
         found = self.lookup(model)
-        return None if found is None else found.cost(input_tokens, output_tokens)
+        if found is None:
+            return None
+        return found.cost(
+            input_tokens, output_tokens, cache_read=cache_read, cache_write=cache_write
+        )
 
     def __contains__(self, model: object) -> bool:
         return isinstance(model, str) and self.lookup(model) is not None

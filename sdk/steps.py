@@ -87,8 +87,15 @@ class Turn:
         cost_usd: float = 0.0,
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
     ) -> None:
-        """Record what the response consumed (tokens and cost are known only now)."""
+        """Record what the response consumed (tokens and cost are known only now).
+
+        ``input_tokens`` counts every input token the model processed, including the
+        ``cache_read_tokens`` served from and ``cache_write_tokens`` written to the
+        provider's prompt cache (reported on the span, priced apart by the adapters).
+        """
         self.episode.ledger.add_usage(
             input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
         )
@@ -96,6 +103,10 @@ class Turn:
         if span.is_recording():
             span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
             span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
+            if cache_read_tokens:
+                span.set_attribute(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cache_read_tokens)
+            if cache_write_tokens:
+                span.set_attribute(sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_write_tokens)
             if response_model:
                 span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response_model)
             if finish_reasons:

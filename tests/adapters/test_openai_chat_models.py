@@ -112,3 +112,19 @@ async def test_arun_agent_over_anthropic() -> None:
         "content": "3",
         "is_error": False,
     }
+
+
+def test_the_built_in_loop_prices_cached_input_like_the_wrappers() -> None:
+    reply = Reply.say(
+        "done", input_tokens=1000, output_tokens=10, cached_tokens=500, cache_write_tokens=300
+    )
+    rig = make_rig([reply])
+    model = AnthropicChatModel(rig.anthropic(), ANTHROPIC_MODEL, max_tokens=64)
+    run = run_agent(model, [], "hi", rig.controller)
+    used = run.result.used
+    assert used["input_tokens"] == 1000
+    assert used["cost_usd"] == pytest.approx((200 * 3.0 + 500 * 0.3 + 300 * 3.75 + 150) / 1e6)
+
+    rig = make_rig([Reply.say("done", input_tokens=1000, output_tokens=10, cached_tokens=800)])
+    run = run_agent(OpenAIChatModel(rig.openai(), "gpt-4o"), [], "hi", rig.controller)
+    assert run.result.used["cost_usd"] == pytest.approx((200 * 2.5 + 800 * 1.25 + 100) / 1e6)
