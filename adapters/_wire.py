@@ -12,7 +12,7 @@ the same parser serves ``httpx`` JSON bodies and ``openai``/``anthropic`` models
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any, Literal
@@ -506,26 +506,45 @@ def tool_call_problem(
 
 
 # -- one budgeted request --------------------------------------------------------------
-def _anthropic_tool_errors(episode: Episode, messages: Sequence[Any]) -> None:
-    """Record each ``is_error`` tool result of the request once (by its tool_use_id)."""
-    seen = {m.call_id for m in episode.mistakes if m.call_id}
-    for message in messages:
-        if field(message, "role") != "user":
+def _latest_tool_results(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
+    """``(call id, ok, detail)`` for each tool result after the request's last model
+    output: the answers to the previous response's tool calls. Only Anthropic marks
+    failures (``is_error``); OpenAI results count as successes unless that call's
+    outcome is already known (an invalid call recorded as a mistake on arrival)."""
+    out: list[tuple[Any, bool, str]] = []
+    if kind == "responses":
+        items = body.get("input")
+        for item in reversed(items if isinstance(items, list | tuple) else ()):
+            kind_ = field(item, "type")
+            if kind_ == "function_call" or field(item, "role") == "assistant":
+                break
+            if kind_ == "function_call_output":
+                out.append((field(item, "call_id"), True, ""))
+        return out
+    messages = body.get("messages")
+    for message in reversed(messages if isinstance(messages, list | tuple) else ()):
+        role = field(message, "role")
+        if role == "assistant":
+            break
+        if kind == "chat":
+            if role == "tool":
+                out.append((field(message, "tool_call_id"), True, ""))
             continue
         content = field(message, "content")
-        if not isinstance(content, list):
-            continue
-        for block in content:
-            if field(block, "type") != "tool_result" or not field(block, "is_error", False):
-                continue
-            cid = field(block, "tool_use_id")
-            if cid in seen:
-                continue
-            seen.add(cid)
-            text = field(block, "content", "")
-            episode.record_mistake(
-                MistakeKind.TOOL_ERROR, call_id=cid, detail=str(text)[:300] if text else ""
-            )
+        for block in reversed(content if isinstance(content, list) else ()):
+            if field(block, "type") == "tool_result":
+                failed = bool(field(block, "is_error", False))
+                text = field(block, "content", "") if failed else ""
+                out.append(
+                    (field(block, "tool_use_id"), not failed, str(text)[:300] if text else "")
+                )
+    return out
+
+
+def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
+    for call_id, ok, detail in reversed(_latest_tool_results(kind, body)):
+        if isinstance(call_id, str) and call_id:
+            episode.record_tool_result(call_id, ok=ok, detail=detail)
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -560,8 +579,7 @@ class TurnRequest:
         self.model = model if isinstance(model, str) else None
         if episode.ledger.limit("cost_usd") is not None:
             pricing.require(self.model)
-        if kind == "anthropic" and isinstance(body.get("messages"), list | tuple):
-            _anthropic_tool_errors(episode, body["messages"])
+        _record_tool_results(episode, kind, body)  # before the turn: they answer the last one
         self.episode = episode
         self.kind: WireKind = kind
         self.pricing = pricing

@@ -15,9 +15,10 @@ block after the last user content (after its ``tool_result`` blocks, as the API
 requires), retry transient errors under the controller's retry policy (the
 SDK's own retries are off), and record usage, cost and mistakes: ``tool_use``
 blocks naming unknown tools or with input that does not match the tool's
-``input_schema``, and each ``tool_result`` with ``is_error: true`` the request
-carries (a ``tool_error``, recorded once per ``tool_use_id``, skipped when a
-mistake for that call was already recorded). Outside an episode the wrapper is
+``input_schema``, and each ``tool_result`` with ``is_error: true`` among the
+results answering the previous response (a ``tool_error``, once per
+``tool_use_id``, skipped when that call's outcome is already known); the other
+results count as successful steps, which complete recoveries. Outside an episode the wrapper is
 transparent; every other attribute is the client's own.
 
 :class:`AnthropicChatModel` is the :class:`~budgetmix.adapters.base.ChatModel`

@@ -28,7 +28,13 @@ it) and ``with_raw_response.create/parse`` (headers and status kept). Only
 
 Tool-call mistakes are recorded with their call ids when the response arrives
 (``{m.call_id for m in ep.mistakes}``): answer such calls with an error rather
-than recording them again through ``ep.tool_call(...).fail``.
+than recording them again through ``ep.tool_call(...).fail``. The tool results
+the next request carries are the outcomes of the previous response's calls: each
+call id whose outcome is not known yet counts once as a successful step, which
+completes a recovery when mistakes are pending. OpenAI tool results carry no
+error flag, so record a tool that failed with
+``ep.record_tool_result(call_id, ok=False)`` (or run it through
+``ep.tool_call(...)``) before sending its result.
 
 :class:`OpenAIChatModel` is the :class:`~budgetmix.adapters.base.ChatModel`
 for :func:`budgetmix.adapters.run_agent` (the loop charges turns itself).

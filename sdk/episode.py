@@ -64,6 +64,7 @@ class Episode:
         self.result: EpisodeResult | None = None
         self._tracker = RecoveryTracker()
         self._steps: list[StepRecord] = []
+        self._outcomes: set[str] = set()  # tool call ids whose outcome is recorded
         self._events: list[BudgetEvent] = []
         self._hook_errors: list[str] = []
         self._lock = threading.Lock()
@@ -383,8 +384,27 @@ class Episode:
                 self.ledger.refund_tool_call(call.name)
             self.record_mistake(mistake, tool=call.name, call_id=call.call_id, detail=detail)
         else:
+            if call.call_id:
+                self._outcomes.add(call.call_id)
             self.record_step(ok=True, progress=True)
         call_hooks(self.controller.hooks, "on_tool_result", self, call)
+
+    def record_tool_result(
+        self, call_id: str, *, ok: bool, tool: str | None = None, detail: str = ""
+    ) -> bool:
+        """Record the outcome of a tool call the episode did not run through
+        :meth:`tool_call` (the adapters read them from the tool results a request
+        carries): a success is a step that may complete a recovery, a failure a
+        ``tool_error`` mistake. Once per call id: returns ``False`` when that call's
+        outcome is already known (from here, a :class:`ToolCall`, or a mistake)."""
+        if call_id in self._outcomes:
+            return False
+        if ok:
+            self._outcomes.add(call_id)
+            self.record_step(ok=True, progress=True)
+        else:
+            self.record_mistake(MistakeKind.TOOL_ERROR, tool=tool, call_id=call_id, detail=detail)
+        return True
 
     # -- mistakes, steps, recoveries ---------------------------------------------------
     def record_mistake(
@@ -397,6 +417,8 @@ class Episode:
     ) -> Mistake:
         """Record a mistake (also a failed step) and emit ``budgetmix.mistake``."""
         m = self._tracker.mistake(kind, self.turn_number, tool=tool, call_id=call_id, detail=detail)
+        if call_id:
+            self._outcomes.add(call_id)
         self._steps.append(StepRecord(self.turn_number, ok=False, mistake=str(m.kind)))
         span = self._current_span()
         if span.is_recording():
