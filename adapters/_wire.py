@@ -531,7 +531,8 @@ def _latest_tool_results(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[
                 out.append((field(message, "tool_call_id"), True, ""))
             continue
         content = field(message, "content")
-        for block in reversed(content if isinstance(content, list) else ()):
+        blocks: list[Any] = content if isinstance(content, list) else []
+        for block in reversed(blocks):
             if field(block, "type") == "tool_result":
                 failed = bool(field(block, "is_error", False))
                 text = field(block, "content", "") if failed else ""
