@@ -280,3 +280,22 @@ def test_malformed_bodies_do_not_crash_and_are_recorded() -> None:
     assert empty.choices == []
     assert [str(m.kind) for m in ep.mistakes] == ["model_format_error", "model_format_error"]
     assert ep.state.used["turns"] == 2
+
+
+def test_transport_records_recoveries_from_the_tool_results_it_forwards() -> None:
+    bad = FakeToolCall(name="add", arguments='{"a": 1}', id="c1")
+    rig = make_rig([Reply(tool_calls=(bad,)), Reply.say("3")])
+    client = openai_client(transport(rig))
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+    answered = [
+        *USER,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "error: b is missing"},
+        {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "c2"}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "3"},
+    ]
+    with rig.controller.episode() as ep:
+        client.chat.completions.create(model="gpt-4o", messages=USER, tools=CHAT_TOOLS)
+        client.chat.completions.create(model="gpt-4o", messages=answered, tools=CHAT_TOOLS)
+    assert [m.call_id for m in ep.mistakes] == ["c1"]
+    assert [r.recovered for r in ep.recoveries] == [(ep.mistakes[0].id,)]
