@@ -78,6 +78,7 @@ class Episode:
         self._grants = 0
         self._output: Any = None
         self._span: trace.Span = trace.INVALID_SPAN
+        self._spans_no_op: bool | None = None  # decided once per episode, when first asked
         self._ctx_token: contextvars.Token[Episode | None] | None = None
         self._span_token: object | None = None
 
@@ -253,9 +254,11 @@ class Episode:
         non-recording parent itself), without building the context and attributes it
         would drop; ``None`` when a real tracer may record the child."""
         parent = self._span if parent is None else parent
-        if isinstance(parent, NonRecordingSpan) and self.controller.tracer_is_no_op():
-            return parent
-        return None
+        if not isinstance(parent, NonRecordingSpan):
+            return None
+        if self._spans_no_op is None:  # a provider installed mid-episode applies from the next
+            self._spans_no_op = self.controller.tracer_is_no_op()
+        return parent if self._spans_no_op else None
 
     def _grace_turn(self, model: str | None) -> Turn:
         self._grace_used = True

@@ -18,7 +18,7 @@ from budgetmix.budget import Budget
 from budgetmix.ledger import Ledger, LedgerState
 from budgetmix.training.diagnostics import DecisionPoint, Policy
 
-__all__ = ["LMPolicy", "TrainedEnvAgent", "load_lm_policy"]
+__all__ = ["LMPolicy", "load_lm_policy"]
 
 
 def _ledger_state(point: DecisionPoint) -> LedgerState:
@@ -101,48 +101,3 @@ def load_lm_policy(path: str | Path, **kwargs: Any) -> tuple[Policy, Any, Any]:
     model, tokenizer = load_pretrained(path)
     model.eval()
     return LMPolicy(model, tokenizer, **kwargs), model, tokenizer
-
-
-class TrainedEnvAgent:
-    """A trained model as an evaluator/controller agent with the training message layout.
-
-    Implements :class:`budgetmix.evaluation.EnvAgent`. Each turn's user message is
-    ``observation + "\n" + notice`` -- what ``training.chat.environment_message``
-    builds, so with the controller's notice in the training format (``v1-compact``)
-    the model sees byte for byte what it saw in RL. (An adapter that sends the
-    notice as a separate message would show the model a layout it never saw.)
-    """
-
-    sees_budget = True
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self._messages: list[dict[str, str]] = []
-        self._turn = 0
-
-    def start(self, env: Any, seed: int) -> None:
-        """Begin an episode: the system message is the environment's instructions."""
-        self._messages = [{"role": "system", "content": env.instructions()}]
-        self._turn = 0
-
-    def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
-        """Sample the reply to ``observation`` (and the notice, when given)."""
-        from budgetmix.training.chat import NOTICE_SEPARATOR
-
-        self._turn += 1
-        content = f"{observation}{NOTICE_SEPARATOR}{notice}" if notice else observation
-        self._messages.append({"role": "user", "content": content})
-        left = turns_remaining if turns_remaining is not None else 1
-        point = DecisionPoint(
-            task_id="agent",
-            seed=0,
-            turn=self._turn,
-            turns_total=self._turn + left - 1,
-            turns_remaining=left,
-            state=None,
-            observation=observation,
-            messages=tuple(self._messages),
-        )
-        reply = self.policy([point])[0]
-        self._messages.append({"role": "assistant", "content": reply})
-        return reply

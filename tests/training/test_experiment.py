@@ -93,29 +93,33 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     assert (report.best_checkpoint / "tokenizer.json").is_file()
 
 
-def test_best_checkpoint_runs_under_the_controller_with_the_training_layout(
+def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_replay(
     report: ExperimentReport, tmp_path: Path
 ) -> None:
     from budgetmix.evaluation import EvalConfig, Evaluator
     from budgetmix.training.diagnostics import pointwise, run_episodes
     from budgetmix.training.experiment_env import compact_tasks
-    from budgetmix.training.experiment_lm import TrainedEnvAgent, load_lm_policy
+    from budgetmix.training.serve import TrainedPolicyAgent
 
-    policy = load_lm_policy(report.best_checkpoint, seed=3)[0]
-    agents: list[TrainedEnvAgent] = []
+    actions: list[str] = []
 
-    def factory() -> TrainedEnvAgent:
-        agents.append(TrainedEnvAgent(policy))
-        return agents[-1]
+    class Recording(TrainedPolicyAgent):
+        def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
+            action = super().act(observation, notice, turns_remaining)
+            actions.append(action)
+            return action
 
+    agent = Recording.from_pretrained(
+        report.best_checkpoint, temperature=1.0, max_new_tokens=3, seed=3
+    )
     kwargs = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8}
     tasks = compact_tasks([7], kwargs)
     config = EvalConfig(budgets=(5,), notice_format="v1-compact", concurrency=1)
-    run = Evaluator(factory, tasks, config).run(tmp_path / "results.jsonl")
-    assert len(run.records) == 1
-    played = [m for m in agents[-1]._messages if m["role"] == "assistant"]
-    replies = iter(m["content"] for m in played)
-    # the same episode through the diagnostics runner (training's environment messages)
+    run = Evaluator(lambda: agent, tasks, config).run(tmp_path / "results.jsonl")
+    (record,) = run.records
+    # the same actions through the diagnostics runner (training's environment and
+    # notices) end the same way after the same number of turns
+    replies = iter(actions)
     (trace,) = run_episodes(tasks, pointwise(lambda p: next(replies)), 5)
-    expected = [dict(m) for m in trace.points[-1].messages]
-    assert agents[-1]._messages[: len(expected)] == expected
+    assert len(trace.points) == record.turns_used == len(actions)
+    assert trace.success == record.success
