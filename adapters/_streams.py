@@ -15,7 +15,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from budgetmix.adapters._wire import TurnRequest
+    from budgetmix.adapters._turn import TurnRequest
 
 __all__ = ["AsyncRecordingStream", "RecordingStream"]
 

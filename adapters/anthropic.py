@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
+from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import (
-    TurnRequest,
     as_format_error,
     field,
     neutral_usage,

@@ -42,7 +42,8 @@ from types import ModuleType
 from typing import Any, Literal
 
 import httpx
-from budgetmix.adapters._wire import TurnRequest, WireKind, field, parse_response
+from budgetmix.adapters._turn import TurnRequest
+from budgetmix.adapters._wire import WireKind, field, parse_response
 from budgetmix.adapters.openai import Target, resolve_episode
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController

@@ -54,8 +54,8 @@ from budgetmix.adapters._openai_helpers import (
     RecordingRawResponse,
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
+from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import (
-    TurnRequest,
     WireKind,
     as_format_error,
     field,

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import openai
 from budgetmix import Budget, BudgetController, render_notice
-from budgetmix.adapters._wire import TurnRequest
+from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters.fake_server import FakeLLMServer, Reply
 from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.openai import budgeted

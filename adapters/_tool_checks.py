@@ -1,0 +1,133 @@
+"""Checks of the tool calls in a response against the tools the request declared.
+
+A call is a mistake when it names no declared function tool (``unknown_tool``),
+or when its arguments are not a JSON object or do not match the tool's JSON
+schema (``invalid_tool_arguments``). The schema check covers the keywords tool
+schemas use in practice (see :func:`validate_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from budgetmix.adapters._wire import WireKind, WireToolCall, field
+from budgetmix.events import MistakeKind
+
+__all__ = ["tool_call_problem", "tool_schemas", "validate_json"]
+
+
+def tool_schemas(kind: WireKind, tools: Any) -> dict[str, Mapping[str, Any]] | None:
+    """Declared function tools -> ``{name: JSON schema}``; ``None`` when the request
+    declares no tools (then names are not checked) or uses hosted tools we can't see."""
+    if not isinstance(tools, list | tuple) or not tools:
+        return None
+    out: dict[str, Mapping[str, Any]] = {}
+    for tool in tools:
+        if kind == "chat":
+            fn = field(tool, "function")
+            name, params = field(fn, "name"), field(fn, "parameters", {})
+        elif kind == "responses":
+            if field(tool, "type") != "function":
+                return None
+            name, params = field(tool, "name"), field(tool, "parameters", {})
+        else:
+            name, params = field(tool, "name"), field(tool, "input_schema", {})
+        if isinstance(name, str):
+            out[name] = params if isinstance(params, Mapping) else {}
+    return out
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _type_ok(value: Any, name: str) -> bool:
+    py = _JSON_TYPES.get(name)
+    if py is None:
+        return True  # an unknown type keyword is not ours to reject
+    if isinstance(value, bool) and name in ("integer", "number"):
+        return False
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, py)
+
+
+def validate_json(schema: Mapping[str, Any], value: Any, path: str = "$") -> str | None:
+    """Check ``value`` against the common JSON-schema keywords tools use.
+
+    Supports ``type``, ``enum``, ``const``, ``required``, ``properties``,
+    ``additionalProperties``, ``items``, ``anyOf``/``oneOf``/``allOf``. Other keywords
+    (``$ref``, formats, bounds) are accepted unchecked. Returns the first error or ``None``.
+    """
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        if not any(_type_ok(value, t) for t in names):
+            return f"{path}: expected {'/'.join(names)}, got {type(value).__name__}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{path}: {value!r} is not one of {schema['enum']!r}"
+    if "const" in schema and value != schema["const"]:
+        return f"{path}: expected {schema['const']!r}"
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if options and all(validate_json(s, value, path) is not None for s in options):
+            return f"{path}: matches none of {key}"
+    for sub in schema.get("allOf", ()):
+        err = validate_json(sub, value, path)
+        if err:
+            return err
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = schema.get("properties", {})
+        for req in schema.get("required", ()):
+            if req not in value:
+                return f"{path}: missing required property {req!r}"
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in props:
+                err = validate_json(props[key], item, f"{path}.{key}")
+                if err:
+                    return err
+            elif extra is False:
+                return f"{path}: unexpected property {key!r}"
+            elif isinstance(extra, Mapping):
+                err = validate_json(extra, item, f"{path}.{key}")
+                if err:
+                    return err
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for i, item in enumerate(value):
+            err = validate_json(schema["items"], item, f"{path}[{i}]")
+            if err:
+                return err
+    return None
+
+
+def tool_call_problem(
+    call: WireToolCall, schemas: Mapping[str, Mapping[str, Any]] | None, *, truncated: bool
+) -> tuple[MistakeKind, str] | None:
+    """The mistake a tool call makes, if any: unknown name, unparsable or invalid arguments."""
+    if schemas is not None and call.name not in schemas:
+        return MistakeKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}"
+    args: Any = call.arguments
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError as exc:
+            why = " (response truncated at the token limit)" if truncated else ""
+            return MistakeKind.INVALID_TOOL_ARGUMENTS, f"arguments are not valid JSON{why}: {exc}"
+    if not isinstance(args, Mapping):
+        return MistakeKind.INVALID_TOOL_ARGUMENTS, "arguments are not a JSON object"
+    schema = schemas.get(call.name) if schemas is not None else None
+    if schema:
+        err = validate_json(schema, dict(args))
+        if err:
+            return MistakeKind.INVALID_TOOL_ARGUMENTS, err
+    return None

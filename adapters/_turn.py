@@ -1,0 +1,194 @@
+"""One budgeted request, shared by the SDK wrappers and the HTTP transport.
+
+:class:`TurnRequest` checks the price, records the outcomes of the tool calls the
+request answers, charges the turn, and builds the body to send (notice injected,
+tools off on a grace turn); :meth:`TurnRequest.finish` records the response's
+usage, cost and mistakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
+from budgetmix.adapters._wire import (
+    EVENT_TRUNCATED,
+    EVENT_USAGE_MISSING,
+    Accumulator,
+    ParsedResponse,
+    WireKind,
+    accumulator,
+    field,
+)
+from budgetmix.events import MistakeKind
+
+if TYPE_CHECKING:
+    from budgetmix.adapters.pricing import Pricing
+    from budgetmix.episode import Episode
+    from budgetmix.steps import Turn
+
+__all__ = ["TurnRequest"]
+
+
+def _latest_tool_results(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
+    """``(call id, ok, detail)`` for each tool result after the request's last model
+    output: the answers to the previous response's tool calls. Only Anthropic marks
+    failures (``is_error``); OpenAI results count as successes unless that call's
+    outcome is already known (an invalid call recorded as a mistake on arrival)."""
+    out: list[tuple[Any, bool, str]] = []
+    if kind == "responses":
+        items = body.get("input")
+        for item in reversed(items if isinstance(items, list | tuple) else ()):
+            kind_ = field(item, "type")
+            if kind_ == "function_call" or field(item, "role") == "assistant":
+                break
+            if kind_ == "function_call_output":
+                out.append((field(item, "call_id"), True, ""))
+        return out
+    messages = body.get("messages")
+    for message in reversed(messages if isinstance(messages, list | tuple) else ()):
+        role = field(message, "role")
+        if role == "assistant":
+            break
+        if kind == "chat":
+            if role == "tool":
+                out.append((field(message, "tool_call_id"), True, ""))
+            continue
+        content = field(message, "content")
+        blocks: list[Any] = content if isinstance(content, list) else []
+        for block in reversed(blocks):
+            if field(block, "type") == "tool_result":
+                failed = bool(field(block, "is_error", False))
+                text = field(block, "content", "") if failed else ""
+                out.append(
+                    (field(block, "tool_use_id"), not failed, str(text)[:300] if text else "")
+                )
+    return out
+
+
+def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
+    for call_id, ok, detail in reversed(_latest_tool_results(kind, body)):
+        if isinstance(call_id, str) and call_id:
+            episode.record_tool_result(call_id, ok=ok, detail=detail)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain_json(value: Any) -> bool:
+    """True when ``value`` is made only of dicts with str keys, lists and JSON scalars."""
+    if isinstance(value, _SCALARS):
+        return True
+    if type(value) is dict:
+        return all(type(k) is str and _plain_json(v) for k, v in value.items())
+    if type(value) is list:
+        return all(_plain_json(v) for v in value)
+    return False
+
+
+class TurnRequest:
+    """One budgeted request: checks the price, records request-side mistakes, charges
+    the turn, and builds the body to send (notice injected, tools off on a grace turn).
+
+    Raises (from the constructor):
+        ConfigError: the episode has a cost limit and the model has no known price.
+        BudgetExhausted / EarlyStopped: the turn was refused; nothing may be sent.
+    """
+
+    __slots__ = ("_original", "body", "episode", "kind", "model", "pricing", "schemas", "turn")
+
+    def __init__(
+        self, episode: Episode, kind: WireKind, body: Mapping[str, Any], pricing: Pricing
+    ) -> None:
+        model = body.get("model")
+        self.model = model if isinstance(model, str) else None
+        if episode.ledger.limit("cost_usd") is not None:
+            pricing.require(self.model)
+        _record_tool_results(episode, kind, body)  # before the turn: they answer the last one
+        self.episode = episode
+        self.kind: WireKind = kind
+        self.pricing = pricing
+        self.schemas = tool_schemas(kind, body.get("tools"))
+        self.turn: Turn = episode.begin_turn(model=self.model)
+        self._original = body
+        self.body = self._inject(dict(body))
+
+    def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
+        turn, kind = self.turn, self.kind
+        if kind == "chat":
+            body["messages"] = turn.openai_chat(list(body.get("messages") or []))
+        elif kind == "responses":
+            raw = body.get("input")
+            body["input"] = turn.openai_responses(raw if isinstance(raw, str) else list(raw or []))
+        else:
+            body["messages"] = turn.anthropic(list(body.get("messages") or []))
+        if turn.grace and body.get("tools"):
+            # tools stay declared (prompt cache) but the wrap-up turn may not call them
+            body["tool_choice"] = {"type": "none"} if kind == "anthropic" else "none"
+        return body
+
+    def sdk_kwargs(self, **overrides: Any) -> dict[str, Any]:
+        """Keyword arguments for the provider SDK's ``create``: :attr:`body` plus ``overrides``.
+
+        The SDKs (Stainless-generated) transform every message against a union of
+        TypedDicts, about 0.1 ms per message on a laptop, a cost the caller already
+        pays for their own messages. When the caller's history is plain JSON data,
+        for which that transform is the identity, the SDK gets the caller's list as
+        before and the list with the notice rides in ``extra_body`` (documented to
+        replace top-level keys of the JSON body), so the bytes sent are the same
+        and the notice adds no transform. Anything else (pydantic objects,
+        generators, file handles) takes the SDK's own path.
+        """
+        key = "input" if self.kind == "responses" else "messages"
+        kwargs = {**self.body, **overrides}
+        original, extra = self._original.get(key), self._original.get("extra_body")
+        if (
+            isinstance(original, list)
+            and (extra is None or (isinstance(extra, dict) and key not in extra))
+            and _plain_json(original)
+        ):
+            kwargs["extra_body"] = {**(extra or {}), key: kwargs[key]}
+            kwargs[key] = original
+        return kwargs
+
+    def accumulator(self) -> Accumulator:
+        """A stream accumulator for this request's wire kind."""
+        return accumulator(self.kind)
+
+    def finish(self, parsed: ParsedResponse) -> None:
+        """Record usage, cost, finish reasons and the response's mistakes on the turn."""
+        turn, ep = self.turn, self.episode
+        model = parsed.model or self.model
+        if parsed.input_tokens is None and parsed.output_tokens is None:
+            turn.add_event(EVENT_USAGE_MISSING, {"budgetmix.wire": self.kind})
+        inp, out = parsed.input_tokens or 0, parsed.output_tokens or 0
+        read, write = parsed.cache_read_tokens, parsed.cache_write_tokens
+        cost = self.pricing.cost(model, inp, out, cache_read=read, cache_write=write) or 0.0
+        turn.usage(
+            input_tokens=inp,
+            output_tokens=out,
+            cost_usd=cost,
+            response_model=parsed.model,
+            finish_reasons=parsed.finish_reasons or None,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+        )
+        if parsed.truncated:
+            turn.add_event(EVENT_TRUNCATED, {"budgetmix.wire": self.kind})
+        if parsed.empty:
+            ep.record_mistake(MistakeKind.MODEL_FORMAT_ERROR, detail="response has no output")
+        for call in parsed.tool_calls:
+            problem = tool_call_problem(call, self.schemas, truncated=parsed.truncated)
+            if problem is not None:
+                ep.record_mistake(problem[0], tool=call.name, call_id=call.id, detail=problem[1])
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
+        if parsed.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls
+            ]
+        ep.record_message(message)
+        turn.record_content(
+            input_messages=self.body.get("messages", self.body.get("input")),
+            output_messages=[message],
+        )
