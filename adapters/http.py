@@ -295,7 +295,7 @@ class _TransportCore:
         with self._lock:
             found = self._owned.get(key)
             if found is None:
-                ep = self.target.episode(metadata={"conversation": key})
+                ep = self.target.episode(metadata={"conversation": key}, conversation_id=key)
                 # enter in a copy of the context: the caller's current episode stays as it was
                 ctx = contextvars.copy_context()
                 ctx.run(ep.__enter__)

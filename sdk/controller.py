@@ -142,10 +142,13 @@ class BudgetController:
         episode_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         parent: Episode | None = None,
+        conversation_id: str | None = None,
     ) -> Episode:
         """A new episode; enter it with ``with`` or ``async with``.
 
         ``parent`` makes it a sub-agent episode that also draws from the parent's ledger.
+        ``conversation_id`` (your chat session's id) goes on its spans as
+        ``gen_ai.conversation.id``, so traces join the conversation they served.
         """
         return Episode(
             self,
@@ -154,6 +157,7 @@ class BudgetController:
             episode_id=episode_id or uuid.uuid4().hex[:16],
             metadata=metadata or {},
             parent=parent,
+            conversation_id=conversation_id,
         )
 
     def tool(self, fn: F) -> F:
@@ -218,6 +222,8 @@ class BudgetController:
             span.set_attribute(sc.GEN_AI_AGENT_ID, episode.id)
             span.set_attribute(sc.BM_EPISODE_ID, episode.id)
             span.set_attribute(sc.BM_NOTICE_FORMAT, self.notice.format)
+            if episode.conversation_id:
+                span.set_attribute(sc.GEN_AI_CONVERSATION_ID, episode.conversation_id)
             if self.provider_name:
                 span.set_attribute(sc.GEN_AI_PROVIDER_NAME, self.provider_name)
             for k, v in self.accounting.as_attributes().items():

@@ -48,11 +48,13 @@ class Episode:
         episode_id: str,
         metadata: dict[str, Any],
         parent: Episode | None,
+        conversation_id: str | None = None,
     ) -> None:
         self.controller = controller
         self.name = name
         self.id = episode_id
         self.metadata = metadata
+        self.conversation_id = conversation_id
         self.parent = parent
         self.ledger: Ledger = Ledger(
             budget,
@@ -230,6 +232,8 @@ class Episode:
             }
             if c.provider_name:
                 start_attrs[sc.GEN_AI_PROVIDER_NAME] = c.provider_name
+            if self.conversation_id:
+                start_attrs[sc.GEN_AI_CONVERSATION_ID] = self.conversation_id
             if model:
                 start_attrs[sc.GEN_AI_REQUEST_MODEL] = model
             span = c.tracer.start_span(
@@ -499,7 +503,10 @@ class Episode:
     def child(self, budget: Budget, *, name: str | None = None) -> Episode:
         """A sub-agent episode with its own limits that also draws from this one."""
         return self.controller.episode(
-            name=name or f"{self.name}.child", budget=budget, parent=self
+            name=name or f"{self.name}.child",
+            budget=budget,
+            parent=self,
+            conversation_id=self.conversation_id,  # a sub-agent serves the same conversation
         )
 
     def record_message(self, message: Any) -> None:

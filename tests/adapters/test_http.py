@@ -203,6 +203,7 @@ def test_owned_episodes_per_conversation() -> None:
     named = client.with_options(default_headers={CONVERSATION_HEADER: "named"})
     named.chat.completions.create(model="gpt-4o", messages=a)
     assert len(t.episodes) == 3 and "named" in t.episodes
+    assert all(ep.conversation_id == key for key, ep in t.episodes.items())
     results = t.finish()
     assert sorted(r.used["turns"] for r in results) == [1, 1, 2]
     statuses = sorted(str(r.status) for r in results)

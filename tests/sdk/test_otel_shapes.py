@@ -250,6 +250,21 @@ def test_child_episode_span_nests_under_the_parent(otel: Any, fake_clock: FakeCl
     assert ch.context.trace_id == p.context.trace_id
 
 
+def test_conversation_id_on_episode_turn_and_child_spans(otel: Any, fake_clock: FakeClock) -> None:
+    c = _controller(otel, fake_clock)
+    with c.episode(conversation_id="chat-42") as parent:
+        parent.begin_turn(model="m")
+        with parent.child(Budget(turns=1), name="helper") as child:
+            child.begin_turn(model="m")
+    with c.episode(name="other"):
+        pass
+    key = "gen_ai.conversation.id"
+    for span in otel.spans():
+        attrs = span.attributes or {}
+        expected = None if span.name == "invoke_agent other" else "chat-42"
+        assert attrs.get(key) == expected, span.name
+
+
 def test_error_status_on_crash(otel: Any, fake_clock: FakeClock) -> None:
     c = _controller(otel, fake_clock, retry=RetryPolicy(max_attempts=1))
     with pytest.raises(RuntimeError), c.episode() as ep:
