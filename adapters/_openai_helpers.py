@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 
 if TYPE_CHECKING:
-    from budgetmix.adapters.openai import _Endpoint
+    from budgetmix.adapters._endpoints import Endpoint
 
 __all__ = [
     "AsyncHelperStreamManager",
@@ -37,7 +37,7 @@ __all__ = [
 class HelperResource:
     """What the SDK's stream helper sees as its resource: the budgeted ``create``."""
 
-    def __init__(self, endpoint: _Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
         self.streams: list[Any] = []
 

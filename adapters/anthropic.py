@@ -8,18 +8,18 @@
         with client.messages.stream(model=..., max_tokens=1024, messages=history) as stream:
             final = stream.get_final_message()
 
-Inside an episode, ``messages.create`` (also ``stream=True``) and
-``messages.stream`` charge the turn before anything is sent (a refused turn
-raises :class:`~budgetmix.BudgetExhausted`), append the budget notice as a text
-block after the last user content (after its ``tool_result`` blocks, as the API
-requires), retry transient errors under the controller's retry policy (the
-SDK's own retries are off), and record usage, cost and mistakes: ``tool_use``
-blocks naming unknown tools or with input that does not match the tool's
-``input_schema``, and each ``tool_result`` with ``is_error: true`` among the
-results answering the previous response (a ``tool_error``, once per
-``tool_use_id``, skipped when that call's outcome is already known); the other
-results count as successful steps, which complete recoveries. Outside an episode the wrapper is
-transparent; every other attribute is the client's own.
+Inside an episode, ``messages.create`` (also ``stream=True``), ``messages.stream``,
+``messages.parse`` and ``messages.with_raw_response`` charge the turn before anything is
+sent (a refused turn raises :class:`~budgetmix.BudgetExhausted`), append the budget
+notice as a text block after the last user content (after its ``tool_result`` blocks, as
+the API requires), retry transient errors under the controller's retry policy (the SDK's
+own retries are off), and record usage, cost and mistakes: ``tool_use`` blocks naming
+unknown tools or with input that does not match the tool's ``input_schema``, and each
+``tool_result`` with ``is_error: true`` among the results answering the previous
+response (a ``tool_error``, once per ``tool_use_id``, skipped when that call's outcome
+is already known); the other results count as successful steps, which complete
+recoveries. Outside an episode the wrapper is transparent; every other attribute is the
+client's own.
 
 :class:`AnthropicChatModel` is the :class:`~budgetmix.adapters.base.ChatModel`
 for :func:`budgetmix.adapters.run_agent`.
@@ -31,18 +31,18 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
-from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import (
-    as_format_error,
-    field,
-    neutral_usage,
-    parse_response,
+from budgetmix.adapters._endpoints import (
+    AsyncEndpoint,
+    ClientWrapper,
+    Endpoint,
+    SyncEndpoint,
+    Target,
 )
+from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
+from budgetmix.adapters._wire import field, neutral_usage
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
-from budgetmix.adapters.openai import Target, resolve_episode
-from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
-from budgetmix.exceptions import MissingExtraError, ProviderError
+from budgetmix.adapters.pricing import Pricing
+from budgetmix.exceptions import MissingExtraError
 from budgetmix.notice import with_notice_anthropic
 
 if TYPE_CHECKING:
@@ -67,43 +67,9 @@ def _require_anthropic() -> Any:
     return anthropic
 
 
-class _Messages:
-    """``client.messages`` with budgeted ``create`` and ``stream``."""
-
-    def __init__(self, owner: _Wrapper, sdk: Any, raw: Any) -> None:
-        self._owner, self._sdk, self._raw = owner, sdk, raw
-
-    def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
-        ep = resolve_episode(self._owner._target)
-        if ep is None:
-            return None
-        return TurnRequest(ep, "anthropic", kwargs, self._owner._pricing)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sdk, name)
-
-
-class _SyncMessages(_Messages):
-    def create(self, **kwargs: Any) -> Any:
-        """The SDK's ``messages.create``, budgeted (see the module docstring).
-
-        Raises:
-            BudgetExhausted, EarlyStopped: the turn was refused; nothing was sent.
-            ConfigError: a cost limit is set and the model has no known price.
-            ProviderError: the call failed after retries.
-        """
-        req = self._start(kwargs)
-        if req is None:
-            return self._sdk.create(**kwargs)
-        body, sent = req.body, req.sdk_kwargs()
-        try:
-            result = req.turn.call(lambda: self._raw.create(**sent), sleep=self._owner._sleep)
-        except ProviderError as exc:
-            raise as_format_error(exc) from exc.__cause__
-        if body.get("stream") is True:
-            return RecordingStream(result, req)
-        req.finish(parse_response("anthropic", result))
-        return result
+class _SyncMessages(SyncEndpoint):
+    """``client.messages``: ``create``, ``parse`` and ``with_raw_response`` budgeted as for
+    OpenAI; ``stream`` replaces the SDK's helper, which does not go through ``create``."""
 
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's ``messages.stream`` helper, budgeted: the turn is charged when the
@@ -111,23 +77,8 @@ class _SyncMessages(_Messages):
         return _StreamManager(self, kwargs)
 
 
-class _AsyncMessages(_Messages):
-    async def create(self, **kwargs: Any) -> Any:
-        """The SDK's async ``messages.create``, budgeted."""
-        req = self._start(kwargs)
-        if req is None:
-            return await self._sdk.create(**kwargs)
-        body, sent = req.body, req.sdk_kwargs()
-        try:
-            result = await req.turn.acall(
-                lambda: self._raw.create(**sent), sleep=self._owner._sleep
-            )
-        except ProviderError as exc:
-            raise as_format_error(exc) from exc.__cause__
-        if body.get("stream") is True:
-            return AsyncRecordingStream(result, req)
-        req.finish(parse_response("anthropic", result))
-        return result
+class _AsyncMessages(AsyncEndpoint):
+    """Async twin of :class:`_SyncMessages`."""
 
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's async ``messages.stream`` helper, budgeted (``async with``)."""
@@ -194,25 +145,13 @@ class _AsyncStreamManager:
             await self._proxy.close()
 
 
-class _Wrapper:
-    _messages_cls: type[_Messages] = _Messages
+class _Wrapper(ClientWrapper):
+    _messages_cls: type[Endpoint] = Endpoint
 
     def __init__(self, client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> None:
-        self._client = client
-        self._target = target
-        self._pricing = pricing if pricing is not None else DEFAULT_PRICING
-        self._sleep = sleep
-        # our RetryPolicy governs; SDK retries would hide failures and double the waiting
-        raw = client.with_options(max_retries=0)
-        self.messages = self._messages_cls(self, client.messages, raw.messages)
-
-    @property
-    def unwrapped(self) -> Any:
-        """The client this wraps."""
-        return self._client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+        super().__init__(client, target, pricing=pricing, sleep=sleep)
+        raw = self._raw_client
+        self.messages = self._messages_cls(self, "anthropic", client.messages, raw.messages)
 
 
 class BudgetedAnthropic(_Wrapper):

@@ -45,28 +45,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from budgetmix.adapters._openai_helpers import (
-    AsyncHelperStreamManager,
-    AsyncRawResponses,
-    HelperResource,
-    HelperStreamManager,
-    RawResponses,
-    RecordingRawResponse,
+from budgetmix.adapters._endpoints import (
+    AsyncEndpoint,
+    ClientWrapper,
+    Endpoint,
+    SyncEndpoint,
+    Target,
+    resolve_episode,
 )
-from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import (
-    WireKind,
-    as_format_error,
-    field,
-    neutral_usage,
-    parse_response,
-)
+from budgetmix.adapters._wire import field, neutral_usage
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
-from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
-from budgetmix.controller import BudgetController, current_episode
-from budgetmix.episode import Episode
-from budgetmix.exceptions import BudgetmixError, MissingExtraError, ProviderError
+from budgetmix.adapters.pricing import Pricing
+from budgetmix.exceptions import MissingExtraError
 from budgetmix.notice import with_notice_openai_chat
 
 if TYPE_CHECKING:
@@ -76,11 +66,11 @@ __all__ = [
     "AsyncBudgetedOpenAI",
     "BudgetedOpenAI",
     "OpenAIChatModel",
+    "Target",
     "budgeted",
     "resolve_episode",
 ]
 
-Target = Episode | BudgetController | None
 SyncSleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
 
@@ -91,152 +81,6 @@ def _require_openai() -> Any:
     except ImportError as exc:  # pragma: no cover - exercised without the extra
         raise MissingExtraError("openai", "openai") from exc
     return openai
-
-
-def resolve_episode(target: Target) -> Episode | None:
-    """The episode a wrapped call charges: ``target`` itself, the current episode of
-    ``target`` (a controller), or any current episode (``None``); ``None`` = no budget."""
-    if isinstance(target, Episode):
-        return target
-    ep = current_episode()
-    if ep is None or (isinstance(target, BudgetController) and ep.controller is not target):
-        return None
-    return ep
-
-
-class _Endpoint:
-    """One endpoint (``chat.completions``, ``responses``): ``create``, ``parse``, ``stream``
-    and ``with_raw_response`` budgeted; every other attribute is the SDK's."""
-
-    def __init__(self, owner: _Wrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
-        self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
-
-    def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
-        ep = resolve_episode(self._owner._target)
-        if ep is None:
-            return None
-        req = TurnRequest(ep, self._kind, kwargs, self._owner._pricing)
-        if req.body.get("stream") is True and self._kind == "chat":
-            # usage arrives in a final chunk only when asked for
-            opts = req.body.get("stream_options")
-            req.body["stream_options"] = {
-                **(opts if isinstance(opts, dict) else {}),
-                "include_usage": True,
-            }
-        return req
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _UNBUDGETED and resolve_episode(self._owner._target) is not None:
-            # the raw body stream is the caller's to read: refuse rather than not enforce
-            raise BudgetmixError(
-                f"{name} is not budgeted by budgetmix; inside an episode use create(), "
-                "stream(), with_raw_response, or the httpx BudgetTransport, which sees it all"
-            )
-        return getattr(self._sdk, name)
-
-    def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
-        if req.body.get("stream") is True:
-            return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
-        req.finish(parse_response(self._kind, result))
-        return result
-
-    def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:
-        if req.body.get("stream") is True:
-            return RecordingRawResponse(raw, lambda s: self._finish(req, s, is_async=is_async))
-        self._finish(req, raw.parse(), is_async=is_async)  # parse() caches: the caller's is free
-        return raw
-
-
-_UNBUDGETED = frozenset({"with_streaming_response"})
-
-
-class _SyncEndpoint(_Endpoint):
-    def create(self, **kwargs: Any) -> Any:
-        """The SDK's ``create``, budgeted (see the module docstring).
-
-        Raises:
-            BudgetExhausted, EarlyStopped: the turn was refused; nothing was sent.
-            ConfigError: a cost limit is set and the model has no known price.
-            ProviderError: the call failed after retries.
-        """
-        req = self._start(kwargs)
-        if req is None:
-            return self._sdk.create(**kwargs)
-        return self._finish(req, self._send(req, self._raw.create), is_async=False)
-
-    def parse(self, **kwargs: Any) -> Any:
-        """The SDK's ``parse`` (structured outputs), budgeted like :meth:`create`."""
-        req = self._start(kwargs)
-        if req is None:
-            return self._sdk.parse(**kwargs)
-        return self._finish(req, self._send(req, self._raw.parse), is_async=False)
-
-    def stream(self, **kwargs: Any) -> Any:
-        """The SDK's ``stream()`` helper, run over the budgeted ``create(stream=True)``:
-        the turn is charged when the ``with`` block opens the stream; usage is recorded
-        when it ends (or what arrived, when the block is left early)."""
-        resource = HelperResource(self)
-        return HelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
-
-    @property
-    def with_raw_response(self) -> RawResponses:
-        """The SDK's ``with_raw_response``: ``create``/``parse`` return its raw response
-        (headers, status), budgeted; a streamed one's ``parse()`` records as it is read."""
-        return RawResponses(self)
-
-    def _send(self, req: TurnRequest, method: Callable[..., Any]) -> Any:
-        sent = req.sdk_kwargs()
-        try:
-            return req.turn.call(lambda: method(**sent), sleep=self._owner._sleep)
-        except ProviderError as exc:
-            raise as_format_error(exc) from exc.__cause__
-
-    def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        req = self._start(kwargs)
-        if req is None:
-            return getattr(self._sdk.with_raw_response, name)(**kwargs)
-        raw = self._send(req, getattr(self._raw.with_raw_response, name))
-        return self._finish_raw(req, raw, is_async=False)
-
-
-class _AsyncEndpoint(_Endpoint):
-    async def create(self, **kwargs: Any) -> Any:
-        """The SDK's async ``create``, budgeted (see :meth:`_SyncEndpoint.create`)."""
-        req = self._start(kwargs)
-        if req is None:
-            return await self._sdk.create(**kwargs)
-        return self._finish(req, await self._send(req, self._raw.create), is_async=True)
-
-    async def parse(self, **kwargs: Any) -> Any:
-        """The SDK's async ``parse``, budgeted like :meth:`create`."""
-        req = self._start(kwargs)
-        if req is None:
-            return await self._sdk.parse(**kwargs)
-        return self._finish(req, await self._send(req, self._raw.parse), is_async=True)
-
-    def stream(self, **kwargs: Any) -> Any:
-        """The SDK's ``stream()`` helper over the budgeted ``create`` (``async with``)."""
-        resource = HelperResource(self)
-        return AsyncHelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
-
-    @property
-    def with_raw_response(self) -> AsyncRawResponses:
-        """Async twin of :attr:`_SyncEndpoint.with_raw_response`."""
-        return AsyncRawResponses(self)
-
-    async def _send(self, req: TurnRequest, method: Callable[..., Awaitable[Any]]) -> Any:
-        sent = req.sdk_kwargs()
-        try:
-            return await req.turn.acall(lambda: method(**sent), sleep=self._owner._sleep)
-        except ProviderError as exc:
-            raise as_format_error(exc) from exc.__cause__
-
-    async def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        req = self._start(kwargs)
-        if req is None:
-            return await getattr(self._sdk.with_raw_response, name)(**kwargs)
-        raw = await self._send(req, getattr(self._raw.with_raw_response, name))
-        return self._finish_raw(req, raw, is_async=True)
 
 
 class _Namespace:
@@ -250,43 +94,30 @@ class _Namespace:
         return getattr(self._sdk, name)
 
 
-class _Wrapper:
-    _endpoint_cls: type[_Endpoint] = _Endpoint
+class _Wrapper(ClientWrapper):
+    _endpoint_cls: type[Endpoint] = Endpoint
 
     def __init__(self, client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> None:
-        self._client = client
-        self._target = target
-        self._pricing = pricing if pricing is not None else DEFAULT_PRICING
-        self._sleep = sleep
-        # our RetryPolicy governs; SDK retries would hide failures and double the waiting
-        raw = client.with_options(max_retries=0)
-        ep_cls = self._endpoint_cls
+        super().__init__(client, target, pricing=pricing, sleep=sleep)
+        raw, ep_cls = self._raw_client, self._endpoint_cls
         self.chat = _Namespace(
             client.chat,
             completions=ep_cls(self, "chat", client.chat.completions, raw.chat.completions),
         )
         self.responses = ep_cls(self, "responses", client.responses, raw.responses)
 
-    @property
-    def unwrapped(self) -> Any:
-        """The client this wraps."""
-        return self._client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
 
 class BudgetedOpenAI(_Wrapper):
     """An ``openai.OpenAI`` whose ``chat.completions.create`` and ``responses.create``
     are budgeted inside an episode. Build with :func:`budgeted`."""
 
-    _endpoint_cls = _SyncEndpoint
+    _endpoint_cls = SyncEndpoint
 
 
 class AsyncBudgetedOpenAI(_Wrapper):
     """The ``openai.AsyncOpenAI`` twin of :class:`BudgetedOpenAI`."""
 
-    _endpoint_cls = _AsyncEndpoint
+    _endpoint_cls = AsyncEndpoint
 
 
 @overload

@@ -3,6 +3,7 @@ fake LLM answering in the Messages wire format, whole and as server-sent events.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -145,3 +146,32 @@ def test_outside_an_episode_the_stream_helper_is_the_sdks() -> None:
     with client.messages.stream(model=ANTHROPIC_MODEL, max_tokens=8, messages=USER) as stream:
         assert stream.get_final_text() == "x"
     assert rig.fake.requests[0].json["messages"] == USER
+
+
+def test_parse_and_with_raw_response_are_budgeted() -> None:
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        value: int
+
+    rig = make_rig([Reply.say('{"value": 3}', input_tokens=11), Reply.say("raw", input_tokens=13)])
+    client = budgeted(rig.anthropic(), rig.controller)
+    kw: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 64, "messages": USER}
+    with rig.controller.episode() as ep:
+        parsed = client.messages.parse(**kw, output_format=Answer)
+        raw = client.messages.with_raw_response.create(**kw)
+        assert ep.state.used["input_tokens"] == 24  # recorded before the caller parses
+    assert parsed.parsed_output == Answer(value=3)
+    assert raw.parse().content[0].text == "raw" and raw.headers["content-type"]
+    assert ep.state.used["turns"] == 2
+    assert all("Budget (v1)" in json.dumps(r.json["messages"]) for r in rig.fake.requests)
+
+
+def test_with_streaming_response_is_refused_inside_an_episode() -> None:
+    from budgetmix import BudgetmixError
+
+    rig = make_rig()
+    client = budgeted(rig.anthropic(), rig.controller)
+    with rig.controller.episode(), pytest.raises(BudgetmixError, match="BudgetTransport"):
+        _ = client.messages.with_streaming_response
+    assert rig.net.count == 0

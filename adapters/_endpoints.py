@@ -1,0 +1,210 @@
+"""What the OpenAI and Anthropic client wrappers share: the budgeted endpoint.
+
+An endpoint (``chat.completions``, ``responses``, ``messages``) budgets ``create``
+(whole or ``stream=True``), the SDK's ``parse()`` and ``with_raw_response``:
+charge the turn before sending, send the notice, retry under the controller's
+policy, and record usage, cost and mistakes. Every other attribute is the SDK's,
+except ``with_streaming_response`` inside an episode (its raw bytes are the
+caller's to read, so it is refused rather than run without a budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from budgetmix.adapters._openai_helpers import (
+    AsyncHelperStreamManager,
+    AsyncRawResponses,
+    HelperResource,
+    HelperStreamManager,
+    RawResponses,
+    RecordingRawResponse,
+)
+from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
+from budgetmix.adapters._turn import TurnRequest
+from budgetmix.adapters._wire import WireKind, as_format_error, parse_response
+from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
+from budgetmix.controller import BudgetController, current_episode
+from budgetmix.episode import Episode
+from budgetmix.exceptions import BudgetmixError, ProviderError
+
+__all__ = [
+    "AsyncEndpoint",
+    "ClientWrapper",
+    "Endpoint",
+    "SyncEndpoint",
+    "Target",
+    "resolve_episode",
+]
+
+Target = Episode | BudgetController | None
+SyncSleep = Callable[[float], None]
+AsyncSleep = Callable[[float], Awaitable[None]]
+
+
+def resolve_episode(target: Target) -> Episode | None:
+    """The episode a wrapped call charges: ``target`` itself, the current episode of
+    ``target`` (a controller), or any current episode (``None``); ``None`` = no budget."""
+    if isinstance(target, Episode):
+        return target
+    ep = current_episode()
+    if ep is None or (isinstance(target, BudgetController) and ep.controller is not target):
+        return None
+    return ep
+
+
+class Endpoint:
+    """One endpoint (``chat.completions``, ``responses``): ``create``, ``parse``, ``stream``
+    and ``with_raw_response`` budgeted; every other attribute is the SDK's."""
+
+    def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
+        self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
+
+    def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
+        ep = resolve_episode(self._owner._target)
+        if ep is None:
+            return None
+        req = TurnRequest(ep, self._kind, kwargs, self._owner._pricing)
+        if req.body.get("stream") is True and self._kind == "chat":
+            # usage arrives in a final chunk only when asked for
+            opts = req.body.get("stream_options")
+            req.body["stream_options"] = {
+                **(opts if isinstance(opts, dict) else {}),
+                "include_usage": True,
+            }
+        return req
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _UNBUDGETED and resolve_episode(self._owner._target) is not None:
+            # the raw body stream is the caller's to read: refuse rather than not enforce
+            raise BudgetmixError(
+                f"{name} is not budgeted by budgetmix; inside an episode use create(), "
+                "stream(), with_raw_response, or the httpx BudgetTransport, which sees it all"
+            )
+        return getattr(self._sdk, name)
+
+    def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
+        if req.body.get("stream") is True:
+            return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
+        req.finish(parse_response(self._kind, result))
+        return result
+
+    def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:
+        if req.body.get("stream") is True:
+            return RecordingRawResponse(raw, lambda s: self._finish(req, s, is_async=is_async))
+        self._finish(req, raw.parse(), is_async=is_async)  # parse() caches: the caller's is free
+        return raw
+
+
+_UNBUDGETED = frozenset({"with_streaming_response"})
+
+
+class SyncEndpoint(Endpoint):
+    def create(self, **kwargs: Any) -> Any:
+        """The SDK's ``create``, budgeted (see the module docstring).
+
+        Raises:
+            BudgetExhausted, EarlyStopped: the turn was refused; nothing was sent.
+            ConfigError: a cost limit is set and the model has no known price.
+            ProviderError: the call failed after retries.
+        """
+        req = self._start(kwargs)
+        if req is None:
+            return self._sdk.create(**kwargs)
+        return self._finish(req, self._send(req, self._raw.create), is_async=False)
+
+    def parse(self, **kwargs: Any) -> Any:
+        """The SDK's ``parse`` (structured outputs), budgeted like :meth:`create`."""
+        req = self._start(kwargs)
+        if req is None:
+            return self._sdk.parse(**kwargs)
+        return self._finish(req, self._send(req, self._raw.parse), is_async=False)
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's ``stream()`` helper, run over the budgeted ``create(stream=True)``:
+        the turn is charged when the ``with`` block opens the stream; usage is recorded
+        when it ends (or what arrived, when the block is left early)."""
+        resource = HelperResource(self)
+        return HelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
+
+    @property
+    def with_raw_response(self) -> RawResponses:
+        """The SDK's ``with_raw_response``: ``create``/``parse`` return its raw response
+        (headers, status), budgeted; a streamed one's ``parse()`` records as it is read."""
+        return RawResponses(self)
+
+    def _send(self, req: TurnRequest, method: Callable[..., Any]) -> Any:
+        sent = req.sdk_kwargs()
+        try:
+            return req.turn.call(lambda: method(**sent), sleep=self._owner._sleep)
+        except ProviderError as exc:
+            raise as_format_error(exc) from exc.__cause__
+
+    def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
+        req = self._start(kwargs)
+        if req is None:
+            return getattr(self._sdk.with_raw_response, name)(**kwargs)
+        raw = self._send(req, getattr(self._raw.with_raw_response, name))
+        return self._finish_raw(req, raw, is_async=False)
+
+
+class AsyncEndpoint(Endpoint):
+    async def create(self, **kwargs: Any) -> Any:
+        """The SDK's async ``create``, budgeted (see :meth:`SyncEndpoint.create`)."""
+        req = self._start(kwargs)
+        if req is None:
+            return await self._sdk.create(**kwargs)
+        return self._finish(req, await self._send(req, self._raw.create), is_async=True)
+
+    async def parse(self, **kwargs: Any) -> Any:
+        """The SDK's async ``parse``, budgeted like :meth:`create`."""
+        req = self._start(kwargs)
+        if req is None:
+            return await self._sdk.parse(**kwargs)
+        return self._finish(req, await self._send(req, self._raw.parse), is_async=True)
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's ``stream()`` helper over the budgeted ``create`` (``async with``)."""
+        resource = HelperResource(self)
+        return AsyncHelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
+
+    @property
+    def with_raw_response(self) -> AsyncRawResponses:
+        """Async twin of :attr:`SyncEndpoint.with_raw_response`."""
+        return AsyncRawResponses(self)
+
+    async def _send(self, req: TurnRequest, method: Callable[..., Awaitable[Any]]) -> Any:
+        sent = req.sdk_kwargs()
+        try:
+            return await req.turn.acall(lambda: method(**sent), sleep=self._owner._sleep)
+        except ProviderError as exc:
+            raise as_format_error(exc) from exc.__cause__
+
+    async def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
+        req = self._start(kwargs)
+        if req is None:
+            return await getattr(self._sdk.with_raw_response, name)(**kwargs)
+        raw = await self._send(req, getattr(self._raw.with_raw_response, name))
+        return self._finish_raw(req, raw, is_async=True)
+
+
+class ClientWrapper:
+    """A provider client whose model endpoints subclasses budget; every other attribute
+    is the client's own."""
+
+    def __init__(self, client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> None:
+        self._client = client
+        self._target = target
+        self._pricing = pricing if pricing is not None else DEFAULT_PRICING
+        self._sleep = sleep
+        # our RetryPolicy governs; SDK retries would hide failures and double the waiting
+        self._raw_client = client.with_options(max_retries=0)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The client this wraps."""
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
