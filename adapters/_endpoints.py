@@ -55,8 +55,9 @@ def resolve_episode(target: Target) -> Episode | None:
 
 
 class Endpoint:
-    """One endpoint (``chat.completions``, ``responses``): ``create``, ``parse``, ``stream``
-    and ``with_raw_response`` budgeted; every other attribute is the SDK's."""
+    """One endpoint (``chat.completions``, ``responses``, ``messages``): ``create``,
+    ``parse``, ``stream`` and ``with_raw_response`` budgeted; every other attribute is the
+    SDK's."""
 
     def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
@@ -122,7 +123,7 @@ class SyncEndpoint(Endpoint):
         return self._finish(req, self._send(req, self._raw.parse), is_async=False)
 
     def stream(self, **kwargs: Any) -> Any:
-        """The SDK's ``stream()`` helper, run over the budgeted ``create(stream=True)``:
+        """The OpenAI SDK's ``stream()`` helper, run over the budgeted ``create(stream=True)``:
         the turn is charged when the ``with`` block opens the stream; usage is recorded
         when it ends (or what arrived, when the block is left early)."""
         resource = HelperResource(self)
