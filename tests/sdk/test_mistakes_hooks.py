@@ -230,3 +230,26 @@ def test_hook_raising_at_exhaustion_still_ends_budget_exhausted() -> None:
     assert ep.result.status is EpisodeStatus.BUDGET_EXHAUSTED
     assert ep.result.stop_reason == "tool_calls"
     assert ep.result.used["tool_calls"] == 1
+
+
+def test_record_tool_result_once_per_call_id() -> None:
+    c = BudgetController(Budget(turns=5, tool_calls=5))
+    with c.episode() as ep:
+        ep.begin_turn()
+        assert ep.record_tool_result("a", ok=False, tool="search", detail="timeout")
+        assert not ep.record_tool_result("a", ok=True)  # its outcome is already known
+        ep.begin_turn()
+        with ep.tool_call("search", "b") as call:
+            call.succeed("found")
+        assert not ep.record_tool_result("b", ok=True)  # recorded by the ToolCall
+        assert ep.record_tool_result("c", ok=True)
+    (mistake,) = ep.mistakes
+    assert (mistake.kind, mistake.tool, mistake.call_id, mistake.detail) == (
+        MistakeKind.TOOL_ERROR,
+        "search",
+        "a",
+        "timeout",
+    )
+    (recovery,) = ep.recoveries  # the ToolCall's success recovered "a"
+    assert recovery.recovered == (mistake.id,)
+    assert [s.ok for s in ep.steps] == [False, True, True]
