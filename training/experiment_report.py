@@ -265,7 +265,9 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
         ax.legend(fontsize=8)
         files["budgetmix_minus_fixed"] = _save(fig, plt, out / "budgetmix_minus_fixed.png")
     fig, ax = plt.subplots(figsize=(6.0, 3.6))
-    for arm, runs in report.training.items():
+    styles = ("-", "--", ":", "-.")
+    for a, (arm, runs) in enumerate(report.training.items()):
+        color = f"C{a}"  # one colour per arm, one line style per seed: 12+ curves stay legible
         for i, t in enumerate(runs):
             ys = t["success_curve"]
             w = max(1, len(ys) // 10)
@@ -273,7 +275,8 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
                 sum(ys[max(0, j - w + 1) : j + 1]) / len(ys[max(0, j - w + 1) : j + 1])
                 for j in range(len(ys))
             ]
-            ax.plot(range(len(ys)), smooth, label=f"{arm} s{i}")
+            style = styles[i % len(styles)]
+            ax.plot(range(len(ys)), smooth, color=color, ls=style, label=f"{arm} s{i}")
     ax.set_xlabel("RL step")
     ax.set_ylabel("training success (own budget draws)")
     ax.legend(fontsize=7)
