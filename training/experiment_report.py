@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from budgetmix.exceptions import MissingExtraError
+from budgetmix.evaluation.plots import pyplot, save_figure
 
 if TYPE_CHECKING:
     from budgetmix.training.experiment import ExperimentReport
@@ -200,19 +200,8 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise MissingExtraError("matplotlib", "plots") from exc
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
-    plt = _pyplot()
+    plt = pyplot()
     files: dict[str, Path] = {}
     fracs = list(report.budgets)
     xs = [report.budgets[f] for f in fracs]
@@ -240,7 +229,7 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
     ax.set_ylabel("success (pass@1)")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
-    files["success_vs_budget"] = _save(fig, plt, out / "success_vs_budget.png")
+    files["success_vs_budget"] = save_figure(fig, plt, out / "success_vs_budget.png")
     if report.comparison:
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         arms = list(dict.fromkeys(c.get("arm", "budgetmix") for c in report.comparison))
@@ -263,7 +252,7 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
         ax.axhline(0, color="black", lw=0.8)
         ax.set_ylabel("points of pass@1")
         ax.legend(fontsize=8)
-        files["budgetmix_minus_fixed"] = _save(fig, plt, out / "budgetmix_minus_fixed.png")
+        files["budgetmix_minus_fixed"] = save_figure(fig, plt, out / "budgetmix_minus_fixed.png")
     fig, ax = plt.subplots(figsize=(6.0, 3.6))
     styles = ("-", "--", ":", "-.")
     for a, (arm, runs) in enumerate(report.training.items()):
@@ -280,15 +269,8 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
     ax.set_xlabel("RL step")
     ax.set_ylabel("training success (own budget draws)")
     ax.legend(fontsize=7)
-    files["training_curves"] = _save(fig, plt, out / "training_curves.png")
+    files["training_curves"] = save_figure(fig, plt, out / "training_curves.png")
     return files
-
-
-def _save(fig: Any, plt: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def write_report(report: ExperimentReport, *, command: str | None = None) -> dict[str, Path]:

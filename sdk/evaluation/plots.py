@@ -19,10 +19,22 @@ from typing import Any
 
 from budgetmix.exceptions import MissingExtraError
 
-__all__ = ["plot_comparison", "plot_cost_curves", "plot_heatmap", "plot_success_curves"]
+__all__ = [
+    "plot_comparison",
+    "plot_cost_curves",
+    "plot_heatmap",
+    "plot_success_curves",
+    "pyplot",
+    "save_figure",
+]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the headless Agg backend (every budgetmix plot uses it).
+
+    Raises:
+        MissingExtraError: matplotlib is not installed.
+    """
     try:
         import matplotlib
     except ImportError as exc:
@@ -33,7 +45,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, plt: Any, path: str | Path) -> Path:
+def save_figure(fig: Any, plt: Any, path: str | Path) -> Path:
+    """Lay out, write (110 dpi, parent folders made) and close ``fig``; returns the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -48,7 +61,7 @@ def _label(cell: Mapping[str, Any]) -> str:
 
 def plot_heatmap(summary: Mapping[str, Any], path: str | Path) -> Path:
     """Pass@(K,T) heatmap; ``*`` marks budgets beyond the training ceiling."""
-    plt = _pyplot()
+    plt = pyplot()
     cells = summary["cells"]
     ks = list(range(1, int(summary["max_k"]) + 1))
     grid = [[c["pass_at_k"][k - 1]["value"] for c in cells] for k in ks]
@@ -71,12 +84,12 @@ def plot_heatmap(summary: Mapping[str, Any], path: str | Path) -> Path:
                 fontsize=8,
             )
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def plot_success_curves(summary: Mapping[str, Any], path: str | Path) -> Path:
     """pass@k against T for every k, with interval bands."""
-    plt = _pyplot()
+    plt = pyplot()
     cells = summary["cells"]
     xs = [c["budget"] for c in cells]
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
@@ -98,12 +111,12 @@ def plot_success_curves(summary: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("Success vs budget")
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def plot_cost_curves(summary: Mapping[str, Any], path: str | Path) -> Path:
     """Success vs cost per attempt, latency percentiles vs T, and the (k, T) frontier."""
-    plt = _pyplot()
+    plt = pyplot()
     cells = summary["cells"]
     metric = summary["frontier"]["metric"]
     fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.0))
@@ -138,12 +151,12 @@ def plot_cost_curves(summary: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_ylabel("pass@k")
     ax.set_title("Breadth vs depth at fixed cost")
     ax.legend(fontsize=7)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def plot_comparison(comparison: Mapping[str, Any], path: str | Path) -> Path:
     """Two runs' pass@k against T with intervals, and the difference (b - a)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = comparison["rows"]
     la, lb = comparison["labels"]
     xs = [r["budget"] for r in rows]
@@ -166,4 +179,4 @@ def plot_comparison(comparison: Mapping[str, Any], path: str | Path) -> Path:
     )
     bot.set_xlabel("turn budget T")
     bot.set_ylabel(f"{lb} - {la}")
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
