@@ -50,19 +50,13 @@ class LMPolicy:
         batch_size: int = 128,
         seed: int = 0,
     ) -> None:
-        import torch
         from budgetmix.training.chat import ChatCodec
         from budgetmix.training.generation import ModelGenerator
 
         self.codec = ChatCodec(tokenizer)
         self.max_new_tokens = max_new_tokens
-        self.generator = ModelGenerator(
-            model,
-            eos_token_id=self.codec.eos_token_id,
-            pad_token_id=int(tokenizer.pad_token_id),
-            temperature=temperature,
-            batch_size=batch_size,
-            generator=torch.Generator().manual_seed(seed),
+        self.generator = ModelGenerator.seeded(
+            model, tokenizer, temperature=temperature, batch_size=batch_size, seed=seed
         )
 
     def __call__(self, points: Sequence[DecisionPoint]) -> list[str]:

@@ -121,6 +121,22 @@ class ModelGenerator:
         self.batch_size = batch_size
         self.generator = generator
 
+    @classmethod
+    def seeded(
+        cls, model: Any, tokenizer: Any, *, temperature: float, batch_size: int, seed: int
+    ) -> ModelGenerator:
+        """A generator for ``model`` with ``tokenizer``'s EOS and padding (0 when it has
+        none) and its own sampling stream seeded by ``seed`` (serving, diagnostics)."""
+        pad = tokenizer.pad_token_id
+        return cls(
+            model,
+            eos_token_id=int(tokenizer.eos_token_id),
+            pad_token_id=int(pad) if pad is not None else 0,
+            temperature=temperature,
+            batch_size=batch_size,
+            generator=torch.Generator().manual_seed(seed),
+        )
+
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:

@@ -55,20 +55,13 @@ class TrainedPolicyAgent:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
-        import torch
         from budgetmix.training.chat import ChatCodec
         from budgetmix.training.generation import ModelGenerator
 
         self.codec = ChatCodec(tokenizer)
         self.max_new_tokens = max_new_tokens
-        self._torch_generator = torch.Generator().manual_seed(seed)
-        self.generator = ModelGenerator(
-            model,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-            temperature=temperature,
-            batch_size=1,
-            generator=self._torch_generator,
+        self.generator = ModelGenerator.seeded(
+            model, tokenizer, temperature=temperature, batch_size=1, seed=seed
         )
         self._instructions = ""
         self._ids: list[int] | None = None
