@@ -48,7 +48,7 @@ def _latest_tool_results(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[
         return out
     messages = body.get("messages")
     for message in reversed(messages if isinstance(messages, list | tuple) else ()):
-        role = field(message, "role")
+        role = message.get("role") if type(message) is dict else field(message, "role")
         if role == "assistant":
             break
         if kind == "chat":
@@ -73,18 +73,33 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
             episode.record_tool_result(call_id, ok=ok, detail=detail)
 
 
-_SCALARS = (str, int, float, bool, type(None))
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_SCALARS = (str, int, float, bool)
 
 
 def _plain_json(value: Any) -> bool:
-    """True when ``value`` is made only of dicts with str keys, lists and JSON scalars."""
-    if isinstance(value, _SCALARS):
-        return True
-    if type(value) is dict:
-        return all(type(k) is str and _plain_json(v) for k, v in value.items())
-    if type(value) is list:
-        return all(_plain_json(v) for v in value)
-    return False
+    """True when ``value`` is made only of dicts with str keys, lists and JSON scalars.
+
+    Iterative (no recursion, no generators): it runs over the whole history every turn.
+    """
+    pending = [value]
+    pop, extend = pending.pop, pending.extend
+    while pending:
+        item = pop()
+        kind = type(item)
+        if kind in _LEAVES:
+            continue
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                if type(child) is not str:  # strings, most values, end here
+                    pending.append(child)
+        elif kind is list:
+            extend(item)
+        elif not isinstance(item, _SCALARS):  # str and int subclasses (enums) are JSON
+            return False
+    return True
 
 
 class TurnRequest:
@@ -116,13 +131,14 @@ class TurnRequest:
 
     def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
         turn, kind = self.turn, self.kind
+        # each of these returns a new list: the caller's history is never touched
         if kind == "chat":
-            body["messages"] = turn.openai_chat(list(body.get("messages") or []))
+            body["messages"] = turn.openai_chat(body.get("messages") or ())
         elif kind == "responses":
             raw = body.get("input")
-            body["input"] = turn.openai_responses(raw if isinstance(raw, str) else list(raw or []))
+            body["input"] = turn.openai_responses(raw if isinstance(raw, str) else raw or ())
         else:
-            body["messages"] = turn.anthropic(list(body.get("messages") or []))
+            body["messages"] = turn.anthropic(body.get("messages") or ())
         if turn.grace and body.get("tools"):
             # tools stay declared (prompt cache) but the wrap-up turn may not call them
             body["tool_choice"] = {"type": "none"} if kind == "anthropic" else "none"

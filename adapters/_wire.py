@@ -60,6 +60,8 @@ _ATTRIBUTE_TYPES: set[type] = set()  # types read by attribute (bounded by the S
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -95,7 +97,8 @@ def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
     out.input_tokens = _int(field(usage, "prompt_tokens"))
     out.output_tokens = _int(field(usage, "completion_tokens"))
     details = field(usage, "prompt_tokens_details")
-    out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
+    if details is not None:
+        out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
 
 
 def read_responses_usage(out: ParsedResponse, usage: Any) -> None:
@@ -154,7 +157,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
         content = field(message, "content")
         if isinstance(content, str):
             out.text += content
-        for tc in field(message, "tool_calls", []):
+        for tc in field(message, "tool_calls", ()):
             fn = field(tc, "function")
             out.tool_calls.append(
                 WireToolCall(

@@ -134,7 +134,7 @@ class Pricing:
         ConfigError: a price is invalid or a model name is empty.
     """
 
-    __slots__ = ("_prices",)
+    __slots__ = ("_found", "_prices")
 
     def __init__(
         self, prices: Mapping[str, PriceLike] | None = None, *, defaults: bool = True
@@ -147,12 +147,14 @@ class Pricing:
                 raise ConfigError(f"Pricing: model names must be non-empty strings, got {model!r}")
             table[model] = _as_price(model, value)
         self._prices = table
+        self._found: dict[str, ModelPrice | None] = {}  # lookups, read every turn
 
     def merge(self, prices: Mapping[str, PriceLike] | Pricing) -> Pricing:
         """A new table with ``prices`` added over this one."""
         extra = prices._prices if isinstance(prices, Pricing) else prices
         merged = Pricing(defaults=False)
         merged._prices = {**self._prices, **{k: _as_price(k, v) for k, v in extra.items()}}
+        merged._found = {}
         return merged
 
     def models(self) -> list[str]:
@@ -163,6 +165,17 @@ class Pricing:
         """The price of ``model`` (exact, then without date suffix, then longest prefix)."""
         if not model:
             return None
+        try:
+            return self._found[model]
+        except KeyError:
+            pass
+        found = self._resolve(model)
+        if len(self._found) >= 1024:  # bounded: model names come from responses
+            self._found.clear()
+        self._found[model] = found
+        return found
+
+    def _resolve(self, model: str) -> ModelPrice | None:
         found = self._prices.get(model)
         if found is not None:
             return found

@@ -1,12 +1,16 @@
 """What the provider adapters cost per model call, and what they keep of the prompt cache.
 
     .venv/bin/python bench/adapter_overhead.py [--calls 20] [--repeats 40] [--server process]
+        [--round-trips 10]
 
 1. Latency: the same ``openai.OpenAI`` client against the same loopback fake
    server (``budgetmix.adapters.fake_server``, in its own process like a local
    vLLM or Ollama; ``--server thread`` puts it on a thread here), unwrapped,
    wrapped with ``budgeted(...)``, and with ``BudgetTransport`` in its HTTP
-   client; whole and streamed chat completions. Each round (a fresh episode)
+   client, for two requests: an agent's first turn (system prompt and task, the
+   smallest request, so the worst case for a relative overhead; whole and
+   streamed) and a mid-episode turn (the same after ``--round-trips`` tool calls
+   and results, what a tool-using agent sends on most turns). Each round (a fresh episode)
    times a block of calls of every variant right next to a block of its
    unwrapped baseline (alternating which goes first, rotating the variants'
    order), so machine load and position effects cancel; an A/A pair (unwrapped
@@ -85,8 +89,17 @@ def loopback_server(where: str) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+def agent_history(round_trips: int = 10) -> list[dict[str, Any]]:
+    """A mid-episode request: the first turn's messages plus ``round_trips`` tool calls
+    and their results (what a tool-using agent sends on most of its turns)."""
+    history = list(MESSAGES)
+    for i in range(round_trips):
+        history += _tool_turn(i)
+    return history
+
+
 def latency(
-    base_url: str, calls: int, repeats: int
+    base_url: str, calls: int, repeats: int, messages: list[dict[str, Any]], *, streams: bool
 ) -> list[tuple[str, float, float, float, float]]:
     controller = BudgetController(Budget(turns=4 * calls + 10))
     # one connection pool for all: every variant talks over the same keep-alive
@@ -107,13 +120,13 @@ def latency(
 
     def whole(client: Any) -> Callable[[], None]:
         def call() -> None:
-            client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+            client.chat.completions.create(model="gpt-4o", messages=messages)
 
         return call
 
     def streamed(client: Any) -> Callable[[], None]:
         def call() -> None:
-            for _ in client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True):
+            for _ in client.chat.completions.create(model="gpt-4o", messages=messages, stream=True):
                 pass
 
         return call
@@ -124,12 +137,12 @@ def latency(
     }
 
     def by_hand() -> None:  # what the wrapper sends, built by hand: one more message
-        plain.chat.completions.create(model="gpt-4o", messages=[*MESSAGES, notice])
+        plain.chat.completions.create(model="gpt-4o", messages=[*messages, notice])
 
     def usage_by_hand() -> None:  # the stream's final usage chunk, asked for by hand
         stream = plain.chat.completions.create(
             model="gpt-4o",
-            messages=MESSAGES,
+            messages=messages,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -142,11 +155,14 @@ def latency(
         "unwrapped + notice message by hand": by_hand,
         "budgeted(client)": whole(wrapped),
         "BudgetTransport": whole(via_transport),
-        "unwrapped vs itself (A/A), stream": base_stream,
-        "unwrapped + include_usage by hand, stream": usage_by_hand,
-        "budgeted(client), stream": streamed(wrapped),
-        "BudgetTransport, stream": streamed(via_transport),
     }
+    if streams:
+        variants |= {
+            "unwrapped vs itself (A/A), stream": base_stream,
+            "unwrapped + include_usage by hand, stream": usage_by_hand,
+            "budgeted(client), stream": streamed(wrapped),
+            "BudgetTransport, stream": streamed(via_transport),
+        }
     baseline = {k: (base_stream if "stream" in k else base_whole) for k in variants}
     for fn in variants.values():  # warm up connections and code paths
         with controller.episode():
@@ -364,23 +380,46 @@ def main(argv: list[str] | None = None) -> int:
         default="process",
         help="run the loopback fake server in its own process (default) or on a thread here",
     )
+    parser.add_argument(
+        "--round-trips",
+        type=int,
+        default=10,
+        help="tool calls and results in the mid-episode request's history",
+    )
     args = parser.parse_args(argv)
     print(
         f"python {sys.version.split()[0]}, openai {openai.__version__}, httpx {httpx.__version__}"
     )
-    print(
-        f"\n### Per-call latency, loopback fake server in a {args.server} "
-        f"({args.repeats} paired blocks of {args.calls} calls each)\n"
+    shapes = (
+        ("first turn: system + user message", list(MESSAGES), True),
+        (
+            f"mid-episode: after {args.round_trips} tool round trips "
+            f"({len(agent_history(args.round_trips))} messages)",
+            agent_history(args.round_trips),
+            False,
+        ),
     )
-    print("| variant | median per call (us) | overhead (us) | IQR of overhead (us) | overhead |")
-    print("|---|---:|---:|---:|---:|")
+    first: dict[bool, float] = {}
     with loopback_server(args.server) as base_url:
-        rows = latency(base_url, args.calls, args.repeats)
-    base = {"stream" in r[0]: r[1] for r in rows if "A/A" in r[0]}
-    for name, med, over, q1, q3 in rows:
-        ref = base["stream" in name]
-        pct = 100 * over / ref
-        print(f"| {name} | {med:.0f} | {over:+.0f} | [{q1:+.0f}, {q3:+.0f}] | {pct:+.1f}% |")
+        for title, messages, streams in shapes:
+            print(
+                f"\n### Per-call latency, {title}; loopback fake server in a {args.server} "
+                f"({args.repeats} paired blocks of {args.calls} calls each)\n"
+            )
+            print(
+                "| variant | median per call (us) | overhead (us) | IQR of overhead (us) "
+                "| overhead |"
+            )
+            print("|---|---:|---:|---:|---:|")
+            rows = latency(base_url, args.calls, args.repeats, messages, streams=streams)
+            base = {"stream" in r[0]: r[1] for r in rows if "A/A" in r[0]}
+            first = first or base
+            for name, med, over, q1, q3 in rows:
+                pct = 100 * over / base["stream" in name]
+                print(
+                    f"| {name} | {med:.0f} | {over:+.0f} | [{q1:+.0f}, {q3:+.0f}] | {pct:+.1f}% |"
+                )
+    base = first
     print("\n### The adapters' own work per call (SDK/network stubbed out, median of 5 x 20k)\n")
     print("| layer | added CPU per call (us) | share of the unwrapped loopback call |")
     print("|---|---:|---:|")

@@ -176,7 +176,9 @@ class Episode:
         """Like :meth:`begin_turn`, but returns ``None`` where it would raise a budget stop."""
         if self._status is not None:
             raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
-        self._end_turn()
+        if self._turn is not None:
+            self._turn.end()
+            self._turn = None
         if self._early_stop is not None:
             return None
         if self._exhausted is not None:
@@ -222,8 +224,9 @@ class Episode:
         notice: str | None = None
         if grace or c.notice.should_notify(state):
             notice = render_notice(state, c.notice.format)
+        turns_left = state.turns_remaining
         number = state.turn_number + (1 if grace else 0)
-        span = self._no_op_child()
+        span = self._span if self._spans_no_op else self._no_op_child()
         if span is None:
             # operation, provider and model go in at span start: samplers read them there
             start_attrs: dict[str, str | int] = {
@@ -242,15 +245,17 @@ class Episode:
                 kind=SpanKind.CLIENT,
                 attributes=start_attrs,
             )
-        if span.is_recording():
-            span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
+        turn = Turn(self, number, model, notice, span, grace=grace)
+        if turn._recording:
+            span.set_attribute(sc.bm_remaining("turns"), turns_left - 1)
             if grace:
                 span.set_attribute("budgetmix.grace_turn", True)
-        turn = Turn(self, number, model, notice, span, grace=grace)
         self._turn = turn
         if not grace:
-            self._maybe_warn(state)
-            call_hooks(c.hooks, "on_turn", self, number)
+            if not self._warned and c.warn_fraction > 0:
+                self._maybe_warn(state)
+            if c.hooks:
+                call_hooks(c.hooks, "on_turn", self, number)
         return turn
 
     def _no_op_child(self, parent: trace.Span | None = None) -> trace.Span | None:

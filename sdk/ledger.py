@@ -121,9 +121,9 @@ class Ledger:
 
     def state(self, *, in_turn: bool = False) -> LedgerState:
         """Snapshot of this ledger (wall time read now)."""
-        used = dict(self._used)
-        used["wall_seconds"] = self.elapsed()
-        return LedgerState(limits=dict(self._limits), used=used, in_turn=in_turn)
+        used = self._used.copy()
+        used["wall_seconds"] = self._clock() - self._started
+        return LedgerState(self._limits.copy(), used, in_turn)
 
     def used(self, dimension: str) -> float:
         return self.elapsed() if dimension == "wall_seconds" else self._used[dimension]

@@ -42,16 +42,27 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.4g}"
 
 
+_COUNTED = (
+    ("tool_calls", "Tool calls"),
+    ("input_tokens", "Input tokens"),
+    ("output_tokens", "Output tokens"),
+    ("total_tokens", "Tokens"),
+)
+
+
 def _other_dimensions(state: LedgerState) -> str:
-    parts: list[str] = []
     lim, used = state.limits, state.used
-    if lim["tool_calls"] is not None:
-        parts.append(f" Tool calls: {_num(used['tool_calls'])} of {_num(lim['tool_calls'])} used.")
-    for dim, label in (
-        ("input_tokens", "Input tokens"),
-        ("output_tokens", "Output tokens"),
-        ("total_tokens", "Tokens"),
+    if (  # the common case, spelled out (it runs every turn): turns only
+        lim["tool_calls"] is None
+        and lim["input_tokens"] is None
+        and lim["output_tokens"] is None
+        and lim["total_tokens"] is None
+        and lim["cost_usd"] is None
+        and lim["wall_seconds"] is None
     ):
+        return ""
+    parts: list[str] = []
+    for dim, label in _COUNTED:
         cap = lim[dim]
         if cap is not None:
             parts.append(f" {label}: {_num(used[dim])} of {_num(cap)} used.")
@@ -65,7 +76,8 @@ def _other_dimensions(state: LedgerState) -> str:
 
 
 def _render_v1(state: LedgerState) -> str:
-    n, total, left = state.turn_number, state.turns_total, state.turns_remaining
+    total, used = int(state.limits["turns"] or 0), int(state.used["turns"])
+    n, left = (used, total - used + 1) if state.in_turn else (used + 1, total - used)
     if left <= 1:
         head = f"Budget (v1): turn {n} of {total}, the final turn."
     else:

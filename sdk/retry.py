@@ -190,15 +190,21 @@ def call_with_retry(
     classifier: Classifier = classify_exception,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    first_failure: Exception | None = None,
 ) -> T:
-    """Call ``fn`` and retry transient failures; the last exception propagates."""
+    """Call ``fn`` and retry transient failures; the last exception propagates.
+
+    ``first_failure``: the caller already made attempt 1 and it raised this.
+    """
     # fast path: a call that succeeds (or fails for good) never builds the retry machinery
-    try:
-        return fn()
-    except Exception as exc:
-        if policy.max_attempts == 1 or not classifier(exc).transient:
-            raise
-        first: BaseException | None = exc
+    if first_failure is None:
+        try:
+            return fn()
+        except Exception as exc:
+            first_failure = exc
+    if policy.max_attempts == 1 or not classifier(first_failure).transient:
+        raise first_failure
+    first: BaseException | None = first_failure
 
     def attempt() -> T:
         nonlocal first
@@ -227,14 +233,17 @@ async def acall_with_retry(
     classifier: Classifier = classify_exception,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rng: random.Random | None = None,
+    first_failure: Exception | None = None,
 ) -> T:
     """Async twin of :func:`call_with_retry` over the same decision code."""
-    try:
-        return await fn()
-    except Exception as exc:
-        if policy.max_attempts == 1 or not classifier(exc).transient:
-            raise
-        first: BaseException | None = exc
+    if first_failure is None:
+        try:
+            return await fn()
+        except Exception as exc:
+            first_failure = exc
+    if policy.max_attempts == 1 or not classifier(first_failure).transient:
+        raise first_failure
+    first: BaseException | None = first_failure
 
     kwargs = _retrying_kwargs(
         policy,

@@ -42,7 +42,17 @@ class Turn:
     """One charged model turn. ``notice`` is the text to inject (``None`` when the
     notice policy is silent this turn); ``grace`` marks the tool-less wrap-up turn."""
 
-    __slots__ = ("_charged", "_ended", "_span", "episode", "grace", "model", "notice", "number")
+    __slots__ = (
+        "_charged",
+        "_ended",
+        "_recording",
+        "_span",
+        "episode",
+        "grace",
+        "model",
+        "notice",
+        "number",
+    )
 
     def __init__(
         self,
@@ -60,6 +70,7 @@ class Turn:
         self.notice = notice
         self.grace = grace
         self._span = span
+        self._recording = span.is_recording()  # asked once: False for every no-op span
         self._ended = False
         # whether this turn holds a charge in the ledger (grace turns never do; a
         # request that failed after retries gives its charge back)
@@ -100,7 +111,7 @@ class Turn:
             input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
         )
         span = self._span
-        if span.is_recording():
+        if self._recording and span.is_recording():
             span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
             span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
             if cache_read_tokens:
@@ -115,7 +126,9 @@ class Turn:
     def record_content(self, *, input_messages: Any = None, output_messages: Any = None) -> None:
         """Attach message content to the span, only when content capture is enabled."""
         span = self._span
-        if not (self.episode.controller.capture_content and span.is_recording()):
+        if not (self._recording and self.episode.controller.capture_content):
+            return
+        if not span.is_recording():
             return
         if input_messages is not None:
             _set_content(span, sc.GEN_AI_INPUT_MESSAGES, input_messages)
@@ -126,7 +139,7 @@ class Turn:
         self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None
     ) -> None:
         """Attach an event to the turn's span (e.g. ``budgetmix.usage_missing``)."""
-        if not self._ended and self._span.is_recording():
+        if self._recording and not self._ended and self._span.is_recording():
             self._span.add_event(name, dict(attributes or {}))
 
     def failed(self, exc: BaseException) -> ProviderError:
@@ -155,7 +168,12 @@ class Turn:
         Calling again after such a failure charges the turn again first (the failed
         request gave its turn back), so it may raise :class:`BudgetExhausted`."""
         ep = self.episode
-        ep._charge_again(self)
+        if not self._charged:
+            ep._charge_again(self)
+        try:
+            return fn()  # the common case: the retry machinery is never built
+        except Exception as exc:
+            first = exc
         kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
         try:
             return call_with_retry(
@@ -164,6 +182,7 @@ class Turn:
                 wall_left=ep._wall_left,
                 on_retry=self._on_retry,
                 classifier=ep.controller.classifier,
+                first_failure=first,
                 **kwargs,
             )
         except BudgetExhausted:
@@ -179,7 +198,12 @@ class Turn:
     ) -> T:
         """Async twin of :meth:`call`."""
         ep = self.episode
-        ep._charge_again(self)
+        if not self._charged:
+            ep._charge_again(self)
+        try:
+            return await fn()
+        except Exception as exc:
+            first = exc
         kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
         try:
             return await acall_with_retry(
@@ -188,6 +212,7 @@ class Turn:
                 wall_left=ep._wall_left,
                 on_retry=self._on_retry,
                 classifier=ep.controller.classifier,
+                first_failure=first,
                 **kwargs,
             )
         except BudgetExhausted:
