@@ -83,22 +83,20 @@ def _plain_json(value: Any) -> bool:
     Iterative (no recursion, no generators): it runs over the whole history every turn.
     """
     pending = [value]
-    pop, extend = pending.pop, pending.extend
+    pop, push = pending.pop, pending.append
     while pending:
         item = pop()
         kind = type(item)
-        if kind in _LEAVES:
-            continue
         if kind is dict:
             for key, child in item.items():
                 if type(key) is not str:
                     return False
                 if type(child) is not str:  # strings, most values, end here
-                    pending.append(child)
+                    push(child)
         elif kind is list:
-            extend(item)
-        elif not isinstance(item, _SCALARS):  # str and int subclasses (enums) are JSON
-            return False
+            pending.extend(item)
+        elif kind not in _LEAVES and not isinstance(item, _SCALARS):
+            return False  # (str and int subclasses, such as enums, are JSON)
     return True
 
 
@@ -111,7 +109,7 @@ class TurnRequest:
         BudgetExhausted / EarlyStopped: the turn was refused; nothing may be sent.
     """
 
-    __slots__ = ("_original", "body", "episode", "kind", "model", "pricing", "schemas", "turn")
+    __slots__ = ("_original", "body", "episode", "kind", "model", "pricing", "turn")
 
     def __init__(
         self, episode: Episode, kind: WireKind, body: Mapping[str, Any], pricing: Pricing
@@ -124,7 +122,6 @@ class TurnRequest:
         self.episode = episode
         self.kind: WireKind = kind
         self.pricing = pricing
-        self.schemas = tool_schemas(kind, body.get("tools"))
         self.turn: Turn = episode.begin_turn(model=self.model)
         self._original = body
         self.body = self._inject(dict(body))
@@ -194,8 +191,10 @@ class TurnRequest:
             turn.add_event(EVENT_TRUNCATED, {"budgetmix.wire": self.kind})
         if parsed.empty:
             ep.record_mistake(MistakeKind.MODEL_FORMAT_ERROR, detail="response has no output")
-        for call in parsed.tool_calls:
-            problem = tool_call_problem(call, self.schemas, truncated=parsed.truncated)
+        calls = parsed.tool_calls
+        schemas = tool_schemas(self.kind, self._original.get("tools")) if calls else None
+        for call in calls:
+            problem = tool_call_problem(call, schemas, truncated=parsed.truncated)
             if problem is not None:
                 ep.record_mistake(problem[0], tool=call.name, call_id=call.id, detail=problem[1])
         message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
@@ -204,7 +203,8 @@ class TurnRequest:
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls
             ]
         ep.record_message(message)
-        turn.record_content(
-            input_messages=self.body.get("messages", self.body.get("input")),
-            output_messages=[message],
-        )
+        if ep.controller.capture_content:  # off by default: content stays out of traces
+            turn.record_content(
+                input_messages=self.body.get("messages", self.body.get("input")),
+                output_messages=[message],
+            )

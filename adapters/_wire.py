@@ -12,7 +12,7 @@ bodies and ``openai``/``anthropic`` models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any, Literal
@@ -58,6 +58,33 @@ def field(obj: Any, key: str, default: Any = None) -> Any:
 
 _ATTRIBUTE_TYPES: set[type] = set()  # types read by attribute (bounded by the SDKs' models)
 
+Reader = Callable[[Any, str, Any], Any]
+
+
+def _read_none(obj: Any, key: str, default: Any = None) -> Any:
+    return None
+
+
+def _read_mapping(obj: Any, key: str, default: Any = None) -> Any:
+    return obj.get(key)
+
+
+def reader(obj: Any) -> Reader:
+    """How to read ``obj``'s fields, chosen once per object: ``dict.get`` for JSON dicts,
+    ``getattr`` for SDK models (both C functions; call as ``get(obj, key, None)``).
+    Like :func:`field`, an absent field and a ``None`` one both read as ``None``."""
+    kind = type(obj)
+    if kind is dict:
+        return dict.get
+    if kind in _ATTRIBUTE_TYPES:
+        return getattr
+    if obj is None:
+        return _read_none
+    if isinstance(obj, Mapping):
+        return _read_mapping
+    _ATTRIBUTE_TYPES.add(kind)
+    return getattr
+
 
 def _int(value: Any) -> int | None:
     if type(value) is int:
@@ -94,31 +121,41 @@ class ParsedResponse:
 # -- usage -----------------------------------------------------------------------------
 def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
     """Chat Completions ``usage``: cached tokens are part of ``prompt_tokens``."""
-    out.input_tokens = _int(field(usage, "prompt_tokens"))
-    out.output_tokens = _int(field(usage, "completion_tokens"))
-    details = field(usage, "prompt_tokens_details")
+    if usage is None:
+        return
+    get = reader(usage)
+    out.input_tokens = _int(get(usage, "prompt_tokens", None))
+    out.output_tokens = _int(get(usage, "completion_tokens", None))
+    details = get(usage, "prompt_tokens_details", None)
     if details is not None:
         out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
 
 
 def read_responses_usage(out: ParsedResponse, usage: Any) -> None:
     """Responses ``usage``: cached tokens are part of ``input_tokens``."""
-    out.input_tokens = _int(field(usage, "input_tokens"))
-    out.output_tokens = _int(field(usage, "output_tokens"))
-    details = field(usage, "input_tokens_details")
-    out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
+    if usage is None:
+        return
+    get = reader(usage)
+    out.input_tokens = _int(get(usage, "input_tokens", None))
+    out.output_tokens = _int(get(usage, "output_tokens", None))
+    details = get(usage, "input_tokens_details", None)
+    if details is not None:
+        out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
 
 
 def read_anthropic_usage(out: ParsedResponse, usage: Any) -> None:
     """Anthropic ``usage``: cache reads and writes come on top of ``input_tokens``; all
     three are input the model processed, so all count towards input tokens."""
-    inp = _int(field(usage, "input_tokens"))
-    out.cache_read_tokens = _int(field(usage, "cache_read_input_tokens")) or 0
-    out.cache_write_tokens = _int(field(usage, "cache_creation_input_tokens")) or 0
+    if usage is None:
+        return
+    get = reader(usage)
+    inp = _int(get(usage, "input_tokens", None))
+    out.cache_read_tokens = _int(get(usage, "cache_read_input_tokens", None)) or 0
+    out.cache_write_tokens = _int(get(usage, "cache_creation_input_tokens", None)) or 0
     if inp is not None:
         inp += out.cache_read_tokens + out.cache_write_tokens
     out.input_tokens = inp
-    out.output_tokens = _int(field(usage, "output_tokens"))
+    out.output_tokens = _int(get(usage, "output_tokens", None))
 
 
 def neutral_usage(kind: WireKind, usage: Any) -> Usage | None:
@@ -143,21 +180,24 @@ _USAGE_READERS = {
 # -- whole responses -------------------------------------------------------------------
 def parse_chat(obj: Any) -> ParsedResponse:
     """A Chat Completions response (``chat.completion``)."""
-    out = ParsedResponse(model=field(obj, "model"))
-    read_chat_usage(out, field(obj, "usage"))
-    choices = field(obj, "choices", [])
+    get = reader(obj)
+    out = ParsedResponse(model=get(obj, "model", None))
+    read_chat_usage(out, get(obj, "usage", None))
+    choices = get(obj, "choices", None)
     if not choices:
         out.empty = True
         return out
     for choice in choices:
-        reason = field(choice, "finish_reason")
+        get = reader(choice)
+        reason = get(choice, "finish_reason", None)
         if reason:
             out.finish_reasons.append(str(reason))
-        message = field(choice, "message")
-        content = field(message, "content")
+        message = get(choice, "message", None)
+        get = reader(message)
+        content = get(message, "content", None)
         if isinstance(content, str):
             out.text += content
-        for tc in field(message, "tool_calls", ()):
+        for tc in get(message, "tool_calls", None) or ():
             fn = field(tc, "function")
             out.tool_calls.append(
                 WireToolCall(

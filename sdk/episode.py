@@ -224,8 +224,10 @@ class Episode:
         notice: str | None = None
         if grace or c.notice.should_notify(state):
             notice = render_notice(state, c.notice.format)
-        turns_left = state.turns_remaining
-        number = state.turn_number + (1 if grace else 0)
+        # the state's turn facts, read once (in_turn=True: this turn is already charged)
+        total, used = int(state.limits["turns"] or 0), int(state.used["turns"])
+        turns_left = max(0, total - used + 1)
+        number = used + (1 if grace else 0)
         span = self._span if self._spans_no_op else self._no_op_child()
         if span is None:
             # operation, provider and model go in at span start: samplers read them there
@@ -252,8 +254,12 @@ class Episode:
                 span.set_attribute("budgetmix.grace_turn", True)
         self._turn = turn
         if not grace:
-            if not self._warned and c.warn_fraction > 0:
-                self._maybe_warn(state)
+            if (
+                not self._warned
+                and c.warn_fraction > 0
+                and turns_left <= max(1, math.ceil(c.warn_fraction * total))
+            ):
+                self._warn(state, turns_left)
             if c.hooks:
                 call_hooks(c.hooks, "on_turn", self, number)
         return turn
@@ -279,14 +285,11 @@ class Episode:
             self._turn.end()
             self._turn = None
 
-    def _maybe_warn(self, state: LedgerState) -> None:
-        if self._warned or self.controller.warn_fraction <= 0:
-            return
-        threshold = max(1, math.ceil(self.controller.warn_fraction * state.turns_total))
-        if state.turns_remaining <= threshold:
-            self._warned = True
-            self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": state.turns_remaining})
-            call_hooks(self.controller.hooks, "on_budget_warning", self, state)
+    def _warn(self, state: LedgerState, turns_left: int) -> None:
+        """The once-per-episode warning: the turns left fell to ``warn_fraction``."""
+        self._warned = True
+        self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": turns_left})
+        call_hooks(self.controller.hooks, "on_budget_warning", self, state)
 
     def _extend_and_retry(self, blocked: str, charge: Callable[[], str | None]) -> str | None:
         """Ask the extension policy once per refusing dimension, retrying the charge
