@@ -23,7 +23,7 @@ from budgetmix.adapters._openai_helpers import (
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import WireKind, as_format_error, parse_response
+from budgetmix.adapters._wire import PARSERS, WireKind, as_format_error
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
@@ -61,6 +61,7 @@ class Endpoint:
 
     def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
+        self._parse = PARSERS[kind]
 
     def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
         ep = resolve_episode(self._owner._target)
@@ -88,7 +89,7 @@ class Endpoint:
     def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
         if req.body.get("stream") is True:
             return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
-        req.finish(parse_response(self._kind, result))
+        req.finish(self._parse(result))
         return result
 
     def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:

@@ -22,6 +22,7 @@ from budgetmix.adapters._wire import (
     field,
 )
 from budgetmix.events import MistakeKind
+from budgetmix.notice import with_notice_openai_chat
 
 if TYPE_CHECKING:
     from budgetmix.adapters.pricing import Pricing
@@ -31,12 +32,12 @@ if TYPE_CHECKING:
 __all__ = ["TurnRequest"]
 
 
-def _latest_tool_results(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
-    """``(call id, ok, detail)`` for each tool result after the request's last model
-    output: the answers to the previous response's tool calls. Only Anthropic marks
-    failures (``is_error``); OpenAI results count as successes unless that call's
-    outcome is already known (an invalid call recorded as a mistake on arrival)."""
-    out: list[tuple[Any, bool, str]] = []
+def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
+    """Record each tool result after the request's last model output (the answers to
+    the previous response's tool calls), oldest first. Only Anthropic marks failures
+    (``is_error``); OpenAI results count as successes unless that call's outcome is
+    already known (an invalid call recorded as a mistake on arrival)."""
+    found: list[tuple[Any, bool, str]] = []  # (call id, ok, detail), newest first
     if kind == "responses":
         items = body.get("input")
         for item in reversed(items if isinstance(items, list | tuple) else ()):
@@ -44,31 +45,26 @@ def _latest_tool_results(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[
             if kind_ == "function_call" or field(item, "role") == "assistant":
                 break
             if kind_ == "function_call_output":
-                out.append((field(item, "call_id"), True, ""))
-        return out
-    messages = body.get("messages")
-    for message in reversed(messages if isinstance(messages, list | tuple) else ()):
-        role = message.get("role") if type(message) is dict else field(message, "role")
-        if role == "assistant":
-            break
-        if kind == "chat":
-            if role == "tool":
-                out.append((field(message, "tool_call_id"), True, ""))
-            continue
-        content = field(message, "content")
-        blocks: list[Any] = content if isinstance(content, list) else []
-        for block in reversed(blocks):
-            if field(block, "type") == "tool_result":
-                failed = bool(field(block, "is_error", False))
-                text = field(block, "content", "") if failed else ""
-                out.append(
-                    (field(block, "tool_use_id"), not failed, str(text)[:300] if text else "")
-                )
-    return out
-
-
-def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
-    for call_id, ok, detail in reversed(_latest_tool_results(kind, body)):
+                found.append((field(item, "call_id"), True, ""))
+    else:
+        messages = body.get("messages")
+        for message in reversed(messages if isinstance(messages, list | tuple) else ()):
+            role = message.get("role") if type(message) is dict else field(message, "role")
+            if role == "assistant":
+                break
+            if kind == "chat":
+                if role == "tool":
+                    found.append((field(message, "tool_call_id"), True, ""))
+                continue
+            content = field(message, "content")
+            blocks: list[Any] = content if isinstance(content, list) else []
+            for block in reversed(blocks):
+                if field(block, "type") == "tool_result":
+                    failed = bool(field(block, "is_error", False))
+                    text = field(block, "content", "") if failed else ""
+                    detail = str(text)[:300] if text else ""
+                    found.append((field(block, "tool_use_id"), not failed, detail))
+    for call_id, ok, detail in reversed(found):
         if isinstance(call_id, str) and call_id:
             episode.record_tool_result(call_id, ok=ok, detail=detail)
 
@@ -127,10 +123,11 @@ class TurnRequest:
         self.body = self._inject(dict(body))
 
     def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
-        turn, kind = self.turn, self.kind
-        # each of these returns a new list: the caller's history is never touched
+        turn, kind, notice = self.turn, self.kind, self.turn.notice
+        # new lists (the caller's history is never touched), with the notice if there is one
         if kind == "chat":
-            body["messages"] = turn.openai_chat(body.get("messages") or ())
+            messages = body.get("messages") or ()
+            body["messages"] = with_notice_openai_chat(messages, notice) if notice else [*messages]
         elif kind == "responses":
             raw = body.get("input")
             body["input"] = turn.openai_responses(raw if isinstance(raw, str) else raw or ())

@@ -21,6 +21,7 @@ from budgetmix.adapters.base import Usage
 from budgetmix.exceptions import ProviderError, ResponseFormatError
 
 __all__ = [
+    "PARSERS",
     "AnthropicStreamAccumulator",
     "ChatStreamAccumulator",
     "ParsedResponse",
@@ -258,12 +259,13 @@ def parse_anthropic(obj: Any) -> ParsedResponse:
     return out
 
 
-_PARSERS = {"chat": parse_chat, "responses": parse_responses, "anthropic": parse_anthropic}
+#: The whole-response parser of each wire kind.
+PARSERS = {"chat": parse_chat, "responses": parse_responses, "anthropic": parse_anthropic}
 
 
 def parse_response(kind: WireKind, obj: Any) -> ParsedResponse:
     """Parse a whole (non-streamed) response of ``kind``."""
-    return _PARSERS[kind](obj)
+    return PARSERS[kind](obj)
 
 
 # -- streams ---------------------------------------------------------------------------

@@ -213,7 +213,9 @@ class Pricing:
         cache_write: int = 0,
     ) -> float | None:
         """USD for a call, or ``None`` when the model is unknown (see :meth:`ModelPrice.cost`)."""
-        found = self.lookup(model)
+        found = self._found.get(model) if model else None
+        if found is None:
+            found = self.lookup(model)
         if found is None:
             return None
         return found.cost(

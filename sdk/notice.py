@@ -52,15 +52,6 @@ _COUNTED = (
 
 def _other_dimensions(state: LedgerState) -> str:
     lim, used = state.limits, state.used
-    if (  # the common case, spelled out (it runs every turn): turns only
-        lim["tool_calls"] is None
-        and lim["input_tokens"] is None
-        and lim["output_tokens"] is None
-        and lim["total_tokens"] is None
-        and lim["cost_usd"] is None
-        and lim["wall_seconds"] is None
-    ):
-        return ""
     parts: list[str] = []
     for dim, label in _COUNTED:
         cap = lim[dim]
@@ -82,6 +73,16 @@ def _render_v1(state: LedgerState) -> str:
         head = f"Budget (v1): turn {n} of {total}, the final turn."
     else:
         head = f"Budget (v1): turn {n} of {total}, {left} turns left including this one."
+    lim = state.limits
+    if (  # no limit but turns: the common case, spelled out (it is asked every turn)
+        lim["tool_calls"] is None
+        and lim["input_tokens"] is None
+        and lim["output_tokens"] is None
+        and lim["total_tokens"] is None
+        and lim["cost_usd"] is None
+        and lim["wall_seconds"] is None
+    ):
+        return head
     return head + _other_dimensions(state)
 
 
