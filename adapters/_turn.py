@@ -70,27 +70,30 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
 _SCALARS = (str, int, float, bool)
 
 
 def _plain_json(value: Any) -> bool:
     """True when ``value`` is made only of dicts with str keys, lists and JSON scalars.
 
-    Iterative (no recursion, no generators): it runs over the whole history every turn.
+    It runs over the whole history every turn, so each dict and list is checked with
+    C-level set operations (keys all ``str``, values all scalars: a typical message),
+    and only containers that hold containers are walked further, without recursion.
     """
     pending = [value]
-    pop, push = pending.pop, pending.append
     while pending:
-        item = pop()
+        item = pending.pop()
         kind = type(item)
         if kind is dict:
-            for key, child in item.items():
-                if type(key) is not str:
-                    return False
-                if type(child) is not str:  # strings, most values, end here
-                    push(child)
+            if not _STR.issuperset(map(type, item)):
+                return False
+            values = item.values()
+            if not _LEAVES.issuperset(map(type, values)):
+                pending.extend(values)
         elif kind is list:
-            pending.extend(item)
+            if not _LEAVES.issuperset(map(type, item)):
+                pending.extend(item)
         elif kind not in _LEAVES and not isinstance(item, _SCALARS):
             return False  # (str and int subclasses, such as enums, are JSON)
     return True
