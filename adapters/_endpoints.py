@@ -11,6 +11,7 @@ caller's to read, so it is refused rather than run without a budget).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from budgetmix.adapters._openai_helpers import (
@@ -25,7 +26,7 @@ from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import PARSERS, WireKind, as_format_error
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
-from budgetmix.controller import BudgetController, current_episode
+from budgetmix.controller import _CURRENT, BudgetController
 from budgetmix.episode import Episode
 from budgetmix.exceptions import BudgetmixError, ProviderError
 
@@ -48,7 +49,7 @@ def resolve_episode(target: Target) -> Episode | None:
     ``target`` (a controller), or any current episode (``None``); ``None`` = no budget."""
     if isinstance(target, Episode):
         return target
-    ep = current_episode()
+    ep = _CURRENT.get()  # (current_episode(), one call fewer: this runs every request)
     if ep is None or (isinstance(target, BudgetController) and ep.controller is not target):
         return None
     return ep
@@ -137,9 +138,8 @@ class SyncEndpoint(Endpoint):
         return RawResponses(self)
 
     def _send(self, req: TurnRequest, method: Callable[..., Any]) -> Any:
-        sent = req.sdk_kwargs()
         try:
-            return req.turn.call(lambda: method(**sent), sleep=self._owner._sleep)
+            return req.turn.call(partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep)
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
 
@@ -177,9 +177,10 @@ class AsyncEndpoint(Endpoint):
         return AsyncRawResponses(self)
 
     async def _send(self, req: TurnRequest, method: Callable[..., Awaitable[Any]]) -> Any:
-        sent = req.sdk_kwargs()
         try:
-            return await req.turn.acall(lambda: method(**sent), sleep=self._owner._sleep)
+            return await req.turn.acall(
+                partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep
+            )
         except ProviderError as exc:
             raise as_format_error(exc) from exc.__cause__
 

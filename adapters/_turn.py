@@ -121,25 +121,23 @@ class TurnRequest:
         self.episode = episode
         self.kind: WireKind = kind
         self.pricing = pricing
-        self.turn: Turn = episode.begin_turn(model=self.model)
+        turn = episode.begin_turn(model=self.model)
+        self.turn: Turn = turn
         self._original = body
-        self.body = self._inject(dict(body))
-
-    def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
-        turn, kind, notice = self.turn, self.kind, self.turn.notice
+        self.body = out = dict(body)
         # new lists (the caller's history is never touched), with the notice if there is one
+        notice = turn.notice
         if kind == "chat":
-            messages = body.get("messages") or ()
-            body["messages"] = with_notice_openai_chat(messages, notice) if notice else [*messages]
+            messages = out.get("messages") or ()
+            out["messages"] = with_notice_openai_chat(messages, notice) if notice else [*messages]
         elif kind == "responses":
-            raw = body.get("input")
-            body["input"] = turn.openai_responses(raw if isinstance(raw, str) else raw or ())
+            raw = out.get("input")
+            out["input"] = turn.openai_responses(raw if isinstance(raw, str) else raw or ())
         else:
-            body["messages"] = turn.anthropic(body.get("messages") or ())
-        if turn.grace and body.get("tools"):
+            out["messages"] = turn.anthropic(out.get("messages") or ())
+        if turn.grace and out.get("tools"):
             # tools stay declared (prompt cache) but the wrap-up turn may not call them
-            body["tool_choice"] = {"type": "none"} if kind == "anthropic" else "none"
-        return body
+            out["tool_choice"] = {"type": "none"} if kind == "anthropic" else "none"
 
     def sdk_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """Keyword arguments for the provider SDK's ``create``: :attr:`body` plus ``overrides``.
@@ -202,7 +200,7 @@ class TurnRequest:
             message["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls
             ]
-        ep.record_message(message)
+        ep.transcript.append(message)  # (what ep.record_message does)
         if ep.controller.capture_content:  # off by default: content stays out of traces
             turn.record_content(
                 input_messages=self.body.get("messages", self.body.get("input")),

@@ -125,8 +125,9 @@ def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
     if usage is None:
         return
     get = reader(usage)
-    out.input_tokens = _int(get(usage, "prompt_tokens", None))
-    out.output_tokens = _int(get(usage, "completion_tokens", None))
+    inp, outp = get(usage, "prompt_tokens", None), get(usage, "completion_tokens", None)
+    out.input_tokens = inp if type(inp) is int else _int(inp)
+    out.output_tokens = outp if type(outp) is int else _int(outp)
     details = get(usage, "prompt_tokens_details", None)
     if details is not None:
         out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0

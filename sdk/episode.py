@@ -20,7 +20,7 @@ from budgetmix.events import (
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
 from budgetmix.hooks import call_hooks
 from budgetmix.ledger import Ledger, LedgerState
-from budgetmix.notice import render_notice
+from budgetmix.notice import NOTICE_FORMATS, render_notice
 from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
 from budgetmix.steps import ToolCall, Turn
@@ -223,13 +223,17 @@ class Episode:
         state = self.ledger.state(in_turn=True)
         notice: str | None = None
         if grace or c.notice.should_notify(state):
-            notice = render_notice(state, c.notice.format)
+            fmt = c.notice.format
+            renderer = NOTICE_FORMATS.get(fmt)  # (render_notice raises for an unknown one)
+            notice = renderer(state) if renderer is not None else render_notice(state, fmt)
         # the state's turn facts, read once (in_turn=True: this turn is already charged)
         total, used = int(state.limits["turns"] or 0), int(state.used["turns"])
         turns_left = max(0, total - used + 1)
         number = used + (1 if grace else 0)
         span = self._span if self._spans_no_op else self._no_op_child()
+        recording: bool | None = False  # the no-op shortcut's spans never record
         if span is None:
+            recording = None
             # operation, provider and model go in at span start: samplers read them there
             start_attrs: dict[str, str | int] = {
                 sc.GEN_AI_OPERATION_NAME: "chat",
@@ -247,7 +251,7 @@ class Episode:
                 kind=SpanKind.CLIENT,
                 attributes=start_attrs,
             )
-        turn = Turn(self, number, model, notice, span, grace=grace)
+        turn = Turn(self, number, model, notice, span, grace=grace, recording=recording)
         if turn._recording:
             span.set_attribute(sc.bm_remaining("turns"), turns_left - 1)
             if grace:

@@ -63,6 +63,7 @@ class Turn:
         span: Span,
         *,
         grace: bool = False,
+        recording: bool | None = None,
     ) -> None:
         self.episode = episode
         self.number = number
@@ -70,7 +71,8 @@ class Turn:
         self.notice = notice
         self.grace = grace
         self._span = span
-        self._recording = span.is_recording()  # asked once: False for every no-op span
+        # asked once (False for every no-op span); ``recording``: the caller knows already
+        self._recording = span.is_recording() if recording is None else recording
         self._ended = False
         # whether this turn holds a charge in the ledger (grace turns never do; a
         # request that failed after retries gives its charge back)
@@ -158,7 +160,8 @@ class Turn:
         """End the turn's span (idempotent)."""
         if not self._ended:
             self._ended = True
-            self._span.end()
+            if self._recording:  # a span that did not record at start never will
+                self._span.end()
 
     # -- calling with retries --------------------------------------------------------
     def call(self, fn: Callable[[], T], *, sleep: Callable[[float], None] | None = None) -> T:
