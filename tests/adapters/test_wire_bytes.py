@@ -108,3 +108,27 @@ def test_the_callers_extra_body_is_kept_next_to_the_notice() -> None:
     body = rig.fake.requests[-1].json
     assert body["messages"][:-1] == CHAT_HISTORY and body["temperature"] == 0
     assert body["messages"][-1]["content"].startswith("Budget (v1)")
+
+
+def test_sdk_objects_in_the_history_take_the_sdks_own_path() -> None:
+    """A response message passed back as is (a pydantic model, the common pattern) is
+    not plain JSON: the SDK transforms the whole list, and the bytes are what the SDK
+    itself sends for that history plus the notice."""
+    from openai.types.chat import ChatCompletionMessage
+
+    message = ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": None, "tool_calls": CHAT_HISTORY[2]["tool_calls"]}
+    )
+    history = [*CHAT_HISTORY[:2], message, CHAT_HISTORY[3]]
+    rig = make_rig()
+    client = budgeted(rig.openai(), rig.controller)
+    with rig.controller.episode():
+        client.chat.completions.create(model="gpt-4o", messages=history)
+    wrapped = rig.fake.requests[-1]
+    notice = {"role": "user", "content": wrapped.json["messages"][-1]["content"]}
+    assert notice["content"].startswith("Budget (v1)")
+
+    by_hand = make_rig()
+    by_hand.openai().chat.completions.create(model="gpt-4o", messages=[*history, notice])
+    assert wrapped.body == by_hand.fake.requests[-1].body
+    assert wrapped.json["messages"][2]["tool_calls"][0]["id"] == "c1"
