@@ -283,23 +283,27 @@ class ChatStreamAccumulator:
     def feed(self, chunk: Any) -> None:
         """Fold one chunk in (called per streamed token: keep it lean)."""
         out = self.result
+        get = reader(chunk)  # one reader per object: C-level reads of dicts and SDK models
         if out.model is None:
-            out.model = field(chunk, "model")
-        usage = field(chunk, "usage")
+            out.model = get(chunk, "model", None)
+        usage = get(chunk, "usage", None)
         if usage is not None:
             read_chat_usage(out, usage)
-        for choice in field(chunk, "choices", ()):
+        for choice in get(chunk, "choices", None) or ():
             self._seen = True
-            delta = field(choice, "delta")
-            content = field(delta, "content")
-            if isinstance(content, str):
-                self._text.append(content)
-            reason = field(choice, "finish_reason")
+            get = reader(choice)
+            delta = get(choice, "delta", None)
+            reason = get(choice, "finish_reason", None)
             if reason:
                 out.finish_reasons.append(str(reason))
-            calls = field(delta, "tool_calls")
+            index = get(choice, "index", None) or 0
+            get = reader(delta)
+            content = get(delta, "content", None)
+            if isinstance(content, str):
+                self._text.append(content)
+            calls = get(delta, "tool_calls", None)
             if calls:
-                self._fold_calls(field(choice, "index", 0), calls)
+                self._fold_calls(index, calls)
 
     def _fold_calls(self, idx: int, calls: Any) -> None:
         for tc in calls:
