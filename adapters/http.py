@@ -53,6 +53,20 @@ from budgetmix.exceptions import BudgetExhausted, EarlyStopped, ProviderError
 
 __all__ = ["CONVERSATION_HEADER", "AsyncBudgetTransport", "BudgetTransport", "wire_kind"]
 
+# one encoder and decoder for every request: json.dumps/loads build or dispatch them per call
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_DECODE_JSON = json.JSONDecoder().decode
+
+
+def _read_json(data: bytes | str) -> Any:
+    """``json.loads`` for UTF-8 bodies (what JSON on the wire is), minus its dispatch.
+
+    Raises:
+        ValueError: not UTF-8, or not JSON.
+    """
+    return _DECODE_JSON(data.decode("utf-8-sig") if isinstance(data, bytes) else data)
+
+
 #: Request header naming the conversation an owned episode belongs to.
 CONVERSATION_HEADER = "x-budgetmix-conversation"
 OnExhausted = Literal["raise", "respond"]
@@ -189,13 +203,16 @@ class _SSETap:
         self._buf += chunk.replace(b"\r\n", b"\n")
         while b"\n\n" in self._buf:
             block, self._buf = self._buf.split(b"\n\n", 1)
-            data = b"\n".join(
-                line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")
-            )
+            if block.startswith(b"data:") and b"\n" not in block:  # the usual one-line event
+                data = block[5:].lstrip()
+            else:
+                data = b"\n".join(
+                    line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")
+                )
             if not data or data == b"[DONE]":
                 continue
             try:
-                self._acc.feed(json.loads(data))
+                self._acc.feed(_read_json(data))
             except ValueError:
                 continue  # not JSON: nothing for the budget in it
 
@@ -330,7 +347,7 @@ class _TransportCore:
         if kind is None:
             return None
         try:
-            body = json.loads(raw_body)
+            body = _read_json(raw_body)
         except ValueError:
             return None
         if not isinstance(body, dict):
@@ -354,7 +371,7 @@ class _TransportCore:
                 **(opts if isinstance(opts, dict) else {}),
                 "include_usage": True,
             }
-        content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+        content = _COMPACT_JSON(out).encode()
         headers = lib.Headers(request.headers)  # a copy, with the new body's length
         headers["content-length"] = str(len(content))
         if out.get("stream") is True:
@@ -386,7 +403,7 @@ class _TransportCore:
 
     def finish_json(self, plan: _Plan, response: Any, content: bytes) -> Any:
         try:
-            data = json.loads(content)
+            data = _read_json(content)
         except ValueError:
             data = None
         if isinstance(data, dict):
