@@ -162,8 +162,13 @@ def latency(
             "unwrapped + include_usage by hand, stream": usage_by_hand,
             "budgeted(client), stream": streamed(wrapped),
             "BudgetTransport, stream": streamed(via_transport),
+            # the same, against a stream that asks for usage too: what the wrapper adds
+            # beyond the usage chunk a budget needs (the issue asks that usage be read)
+            "budgeted(client), stream, vs include_usage by hand": streamed(wrapped),
         }
     baseline = {k: (base_stream if "stream" in k else base_whole) for k in variants}
+    if streams:
+        baseline["budgeted(client), stream, vs include_usage by hand"] = usage_by_hand
     for fn in variants.values():  # warm up connections and code paths
         with controller.episode():
             for _ in range(5):
