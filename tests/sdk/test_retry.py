@@ -156,6 +156,32 @@ def test_gives_up_after_max_attempts() -> None:
     assert fn.calls == 3 and len(sleeps) == 2
 
 
+def test_a_first_failure_made_by_the_caller_counts_as_attempt_one() -> None:
+    """``Turn.call`` makes attempt 1 itself (no retry machinery on success) and hands a
+    failure over: the attempts stay max_attempts in all, and a permanent error is
+    raised without calling again."""
+    sleeps: list[float] = []
+    fn = Flaky(*[TimeoutError() for _ in range(10)])
+    with pytest.raises(TimeoutError):
+        call_with_retry(
+            fn,
+            RetryPolicy(max_attempts=3, jitter=0.0),
+            sleep=sleeps.append,
+            first_failure=TimeoutError(),
+        )
+    assert fn.calls == 2 and len(sleeps) == 2
+
+    recovering = Flaky(HTTPStatusError(503))
+    policy = RetryPolicy(max_attempts=3, jitter=0.0)
+    assert call_with_retry(recovering, policy, sleep=sleeps.append, first_failure=ReadTimeout())
+    assert recovering.calls == 2
+
+    never = Flaky()
+    with pytest.raises(HTTPStatusError):
+        call_with_retry(never, RetryPolicy(), first_failure=HTTPStatusError(400))
+    assert never.calls == 0
+
+
 def test_never_sleeps_past_the_wall_budget(fake_clock: FakeClock) -> None:
     policy = RetryPolicy(max_attempts=10, initial_delay=1.0, multiplier=2.0, jitter=0.0)
     c = BudgetController(Budget(turns=3, wall_seconds=10), retry=policy, clock=fake_clock)
