@@ -59,12 +59,16 @@ _DECODE_JSON = json.JSONDecoder().decode
 
 
 def _read_json(data: bytes | str) -> Any:
-    """``json.loads`` for UTF-8 bodies (what JSON on the wire is), minus its dispatch.
+    """``json.loads``, minus its per-call dispatch for UTF-8 (what JSON on the wire is);
+    anything else (UTF-16/32) takes ``json.loads`` and its encoding detection.
 
     Raises:
-        ValueError: not UTF-8, or not JSON.
+        ValueError: not JSON.
     """
-    return _DECODE_JSON(data.decode("utf-8-sig") if isinstance(data, bytes) else data)
+    try:
+        return _DECODE_JSON(data.decode("utf-8-sig") if isinstance(data, bytes) else data)
+    except ValueError:
+        return json.loads(data)  # raises again when it is not JSON in any encoding
 
 
 #: Request header naming the conversation an owned episode belongs to.

@@ -300,3 +300,16 @@ def test_transport_records_recoveries_from_the_tool_results_it_forwards() -> Non
         client.chat.completions.create(model="gpt-4o", messages=answered, tools=CHAT_TOOLS)
     assert [m.call_id for m in ep.mistakes] == ["c1"]
     assert [r.recovered for r in ep.recoveries] == [(ep.mistakes[0].id,)]
+
+
+def test_a_json_body_in_another_unicode_encoding_is_still_budgeted() -> None:
+    """JSON may come as UTF-16 (RFC 8259 allows reading it); such a request is budgeted
+    like any other, not passed through unseen."""
+    import json
+
+    rig = make_rig([Reply.say("ok")])
+    body = json.dumps({"model": "gpt-4o", "messages": USER}).encode("utf-16")
+    with rig.controller.episode() as ep, httpx.Client(transport=transport(rig)) as http:
+        http.post("http://fake.test/v1/chat/completions", content=body)
+    assert ep.state.used["turns"] == 1
+    assert rig.fake.requests[-1].json["messages"][-1]["content"].startswith("Budget (v1)")
