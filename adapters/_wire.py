@@ -87,6 +87,10 @@ def reader(obj: Any) -> Reader:
     return getattr
 
 
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None  # a malformed model name is no name
+
+
 def _int(value: Any) -> int | None:
     if type(value) is int:
         return value
@@ -183,7 +187,7 @@ _USAGE_READERS = {
 def parse_chat(obj: Any) -> ParsedResponse:
     """A Chat Completions response (``chat.completion``)."""
     get = reader(obj)
-    out = ParsedResponse(model=get(obj, "model", None))
+    out = ParsedResponse(model=_str(get(obj, "model", None)))
     read_chat_usage(out, get(obj, "usage", None))
     choices = get(obj, "choices", None)
     if not choices:
@@ -212,7 +216,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
 
 def parse_responses(obj: Any) -> ParsedResponse:
     """A Responses API response (``object: response``)."""
-    out = ParsedResponse(model=field(obj, "model"))
+    out = ParsedResponse(model=_str(field(obj, "model")))
     read_responses_usage(out, field(obj, "usage"))
     status = field(obj, "status")
     if status:
@@ -240,7 +244,7 @@ def parse_responses(obj: Any) -> ParsedResponse:
 
 def parse_anthropic(obj: Any) -> ParsedResponse:
     """An Anthropic Messages response (``type: message``)."""
-    out = ParsedResponse(model=field(obj, "model"))
+    out = ParsedResponse(model=_str(field(obj, "model")))
     read_anthropic_usage(out, field(obj, "usage"))
     reason = field(obj, "stop_reason")
     if reason:
@@ -285,7 +289,7 @@ class ChatStreamAccumulator:
         out = self.result
         get = reader(chunk)  # one reader per object: C-level reads of dicts and SDK models
         if out.model is None:
-            out.model = get(chunk, "model", None)
+            out.model = _str(get(chunk, "model", None))
         usage = get(chunk, "usage", None)
         if usage is not None:
             read_chat_usage(out, usage)
@@ -365,7 +369,7 @@ class AnthropicStreamAccumulator:
         if kind == "message_start":
             self._started = True
             msg = field(event, "message")
-            out.model = field(msg, "model")
+            out.model = _str(field(msg, "model"))
             read_anthropic_usage(out, field(msg, "usage"))
         elif kind == "content_block_start":
             block = field(event, "content_block")

@@ -313,3 +313,20 @@ def test_a_json_body_in_another_unicode_encoding_is_still_budgeted() -> None:
         http.post("http://fake.test/v1/chat/completions", content=body)
     assert ep.state.used["turns"] == 1
     assert rig.fake.requests[-1].json["messages"][-1]["content"].startswith("Budget (v1)")
+
+
+def test_a_response_whose_model_is_not_a_string_is_priced_by_the_requested_model() -> None:
+    import json
+
+    reply = {
+        "id": "c",
+        "object": "chat.completion",
+        "model": ["not", "a", "name"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 10},
+    }
+    rig = make_rig([Reply(body=json.dumps(reply).encode())])
+    with rig.controller.episode() as ep, httpx.Client(transport=transport(rig)) as http:
+        sent = {"model": "gpt-4o", "messages": USER}
+        http.post("http://fake.test/v1/chat/completions", json=sent)
+    assert ep.state.used["input_tokens"] == 1000 and ep.state.used["cost_usd"] > 0
