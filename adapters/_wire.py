@@ -87,6 +87,16 @@ def reader(obj: Any) -> Reader:
     return getattr
 
 
+def _seq(value: Any) -> Any:
+    """``value`` if it is a list (or tuple), else nothing to iterate: malformed bodies
+    must not crash the parser."""
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None  # a malformed model name is no name
 
@@ -189,7 +199,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
     get = reader(obj)
     out = ParsedResponse(model=_str(get(obj, "model", None)))
     read_chat_usage(out, get(obj, "usage", None))
-    choices = get(obj, "choices", None)
+    choices = _seq(get(obj, "choices", None))
     if not choices:
         out.empty = True
         return out
@@ -203,7 +213,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
         content = get(message, "content", None)
         if isinstance(content, str):
             out.text += content
-        for tc in get(message, "tool_calls", None) or ():
+        for tc in _seq(get(message, "tool_calls", None)):
             fn = field(tc, "function")
             out.tool_calls.append(
                 WireToolCall(
@@ -223,7 +233,7 @@ def parse_responses(obj: Any) -> ParsedResponse:
         out.finish_reasons.append(str(status))
     reason = field(field(obj, "incomplete_details"), "reason")
     out.truncated = reason == "max_output_tokens"
-    items = field(obj, "output", [])
+    items = _seq(field(obj, "output"))
     out.empty = not items
     for item in items:
         kind = field(item, "type")
@@ -236,7 +246,7 @@ def parse_responses(obj: Any) -> ParsedResponse:
                 )
             )
         elif kind == "message":
-            for part in field(item, "content", []):
+            for part in _seq(field(item, "content")):
                 if field(part, "type") == "output_text":
                     out.text += str(field(part, "text", ""))
     return out
@@ -250,7 +260,7 @@ def parse_anthropic(obj: Any) -> ParsedResponse:
     if reason:
         out.finish_reasons.append(str(reason))
     out.truncated = reason == "max_tokens"
-    blocks = field(obj, "content", [])
+    blocks = _seq(field(obj, "content"))
     out.empty = not blocks and reason != "end_turn"
     for block in blocks:
         kind = field(block, "type")
@@ -293,29 +303,30 @@ class ChatStreamAccumulator:
         usage = get(chunk, "usage", None)
         if usage is not None:
             read_chat_usage(out, usage)
-        for choice in get(chunk, "choices", None) or ():
+        for choice in _seq(get(chunk, "choices", None)):
             self._seen = True
             get = reader(choice)
             delta = get(choice, "delta", None)
             reason = get(choice, "finish_reason", None)
             if reason:
                 out.finish_reasons.append(str(reason))
-            index = get(choice, "index", None) or 0
+            index = _int(get(choice, "index", None)) or 0
             get = reader(delta)
             content = get(delta, "content", None)
             if isinstance(content, str):
                 self._text.append(content)
             calls = get(delta, "tool_calls", None)
             if calls:
-                self._fold_calls(index, calls)
+                self._fold_calls(index, _seq(calls))
 
     def _fold_calls(self, idx: int, calls: Any) -> None:
         for tc in calls:
-            slot = self._calls.setdefault((idx, field(tc, "index", 0)), [None, "", ""])
+            key = (idx, _int(field(tc, "index")) or 0)
+            slot = self._calls.setdefault(key, [None, "", ""])
             fn = field(tc, "function")
             slot[0] = field(tc, "id", slot[0])
-            slot[1] += field(fn, "name", "")
-            slot[2] += field(fn, "arguments", "")
+            slot[1] += _text(field(fn, "name"))
+            slot[2] += _text(field(fn, "arguments"))
 
     def finish(self) -> ParsedResponse:
         """The folded response."""
@@ -339,7 +350,7 @@ class ResponsesStreamAccumulator:
 
     def feed(self, event: Any) -> None:
         """Fold one event in."""
-        kind = field(event, "type")
+        kind = _str(field(event, "type"))
         if kind in self._TERMINAL:
             self._final = field(event, "response")
         elif kind == "response.output_text.delta":
@@ -373,7 +384,7 @@ class AnthropicStreamAccumulator:
             read_anthropic_usage(out, field(msg, "usage"))
         elif kind == "content_block_start":
             block = field(event, "content_block")
-            self._blocks[field(event, "index", 0)] = [
+            self._blocks[_int(field(event, "index")) or 0] = [
                 field(block, "type"),
                 field(block, "id"),
                 field(block, "name", ""),
@@ -381,7 +392,7 @@ class AnthropicStreamAccumulator:
             ]
         elif kind == "content_block_delta":
             delta = field(event, "delta")
-            slot = self._blocks.get(field(event, "index", 0))
+            slot = self._blocks.get(_int(field(event, "index")) or 0)
             dkind = field(delta, "type")
             if dkind == "text_delta":
                 self._text.append(str(field(delta, "text", "")))
