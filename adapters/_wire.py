@@ -102,9 +102,14 @@ def _str(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int | None:
-    if type(value) is int:
-        return value
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A token count or index: a non-negative int (below 2**53, so it prices as a float),
+    else ``None`` (not reported)."""
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        return int(value) if 0 <= value < _MAX_COUNT else None
+    return None
+
+
+_MAX_COUNT = 2**53
 
 
 @dataclass(slots=True)
@@ -140,8 +145,8 @@ def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
         return
     get = reader(usage)
     inp, outp = get(usage, "prompt_tokens", None), get(usage, "completion_tokens", None)
-    out.input_tokens = inp if type(inp) is int else _int(inp)
-    out.output_tokens = outp if type(outp) is int else _int(outp)
+    out.input_tokens = inp if type(inp) is int and 0 <= inp < _MAX_COUNT else _int(inp)
+    out.output_tokens = outp if type(outp) is int and 0 <= outp < _MAX_COUNT else _int(outp)
     details = get(usage, "prompt_tokens_details", None)
     if details is not None:
         out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
@@ -217,7 +222,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
             fn = field(tc, "function")
             out.tool_calls.append(
                 WireToolCall(
-                    field(tc, "id"), str(field(fn, "name", "")), field(fn, "arguments", "")
+                    _str(field(tc, "id")), str(field(fn, "name", "")), field(fn, "arguments", "")
                 )
             )
     out.truncated = "length" in out.finish_reasons
@@ -240,7 +245,7 @@ def parse_responses(obj: Any) -> ParsedResponse:
         if kind == "function_call":
             out.tool_calls.append(
                 WireToolCall(
-                    field(item, "call_id"),
+                    _str(field(item, "call_id")),
                     str(field(item, "name", "")),
                     field(item, "arguments", ""),
                 )
@@ -269,7 +274,7 @@ def parse_anthropic(obj: Any) -> ParsedResponse:
         elif kind == "tool_use":
             raw = field(block, "input", {})
             out.tool_calls.append(
-                WireToolCall(field(block, "id"), str(field(block, "name", "")), raw)
+                WireToolCall(_str(field(block, "id")), str(field(block, "name", "")), raw)
             )
     return out
 
@@ -324,7 +329,7 @@ class ChatStreamAccumulator:
             key = (idx, _int(field(tc, "index")) or 0)
             slot = self._calls.setdefault(key, [None, "", ""])
             fn = field(tc, "function")
-            slot[0] = field(tc, "id", slot[0])
+            slot[0] = _str(field(tc, "id")) or slot[0]
             slot[1] += _text(field(fn, "name"))
             slot[2] += _text(field(fn, "arguments"))
 
@@ -386,7 +391,7 @@ class AnthropicStreamAccumulator:
             block = field(event, "content_block")
             self._blocks[_int(field(event, "index")) or 0] = [
                 field(block, "type"),
-                field(block, "id"),
+                _str(field(block, "id")),
                 field(block, "name", ""),
                 "",
             ]

@@ -87,7 +87,7 @@ EVENTS = st.lists(
     max_size=3,
 )
 
-RELAXED = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RELAXED = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def post(kind: str, reply: Reply, *, stream: bool = False) -> None:
