@@ -126,3 +126,30 @@ def test_anthropic_messages(body: Any) -> None:
 def test_event_streams(kind: str, events: list[Any]) -> None:
     sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
     post(kind, Reply(body=sse, headers={"content-type": "text/event-stream"}), stream=True)
+
+
+def _innermost_file(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename if tb is not None else ""
+
+
+@RELAXED
+@given(body=CHAT)
+def test_chat_completions_through_the_sdk_wrapper(body: Any) -> None:
+    """The OpenAI SDK builds its response objects from such bodies without validating
+    them: whatever it hands over, budgetmix's reading of it never raises (the SDK may
+    raise its own errors; those are the caller's, as without budgetmix)."""
+    from budgetmix.adapters.openai import budgeted
+
+    rig = make_rig([Reply(body=json.dumps(body).encode())])
+    client = budgeted(rig.openai(max_retries=0), rig.controller)
+    with rig.controller.episode() as ep:
+        try:
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
+        except Exception as exc:  # the SDK's own error, never one raised inside budgetmix
+            assert "budgetmix" not in _innermost_file(exc), repr(exc)
+        assert ep.state.used["turns"] == 1
