@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import httpx
-from _provider_fakes import make_rig
+from _provider_fakes import ANTHROPIC_MODEL, make_rig
 from budgetmix.adapters.fake_server import Reply
 from budgetmix.adapters.http import BudgetTransport
 from hypothesis import HealthCheck, given, settings
@@ -151,5 +151,25 @@ def test_chat_completions_through_the_sdk_wrapper(body: Any) -> None:
                 model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
             )
         except Exception as exc:  # the SDK's own error, never one raised inside budgetmix
+            assert "budgetmix" not in _innermost_file(exc), repr(exc)
+        assert ep.state.used["turns"] == 1
+
+
+@RELAXED
+@given(body=ANTHROPIC)
+def test_anthropic_messages_through_the_sdk_wrapper(body: Any) -> None:
+    """The same for the Anthropic SDK's ``messages.create``."""
+    from budgetmix.adapters.anthropic import budgeted
+
+    rig = make_rig([Reply(body=json.dumps(body).encode())])
+    client = budgeted(rig.anthropic(max_retries=0), rig.controller)
+    with rig.controller.episode() as ep:
+        try:
+            client.messages.create(
+                model=ANTHROPIC_MODEL,
+                max_tokens=8,
+                messages=[{"role": "user", "content": "hi"}],
+            )
+        except Exception as exc:
             assert "budgetmix" not in _innermost_file(exc), repr(exc)
         assert ep.state.used["turns"] == 1
