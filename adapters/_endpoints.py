@@ -24,9 +24,9 @@ from budgetmix.adapters._openai_helpers import (
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import PARSERS, WireKind, as_format_error
+from budgetmix.adapters._wire import WireKind, as_format_error, parse_response
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
-from budgetmix.controller import _CURRENT, BudgetController
+from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
 from budgetmix.exceptions import BudgetmixError, ProviderError
 
@@ -49,7 +49,7 @@ def resolve_episode(target: Target) -> Episode | None:
     ``target`` (a controller), or any current episode (``None``); ``None`` = no budget."""
     if isinstance(target, Episode):
         return target
-    ep = _CURRENT.get()  # (current_episode(), one call fewer: this runs every request)
+    ep = current_episode()
     if ep is None or (isinstance(target, BudgetController) and ep.controller is not target):
         return None
     return ep
@@ -62,7 +62,6 @@ class Endpoint:
 
     def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
-        self._parse = PARSERS[kind]
 
     def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
         ep = resolve_episode(self._owner._target)
@@ -90,7 +89,7 @@ class Endpoint:
     def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
         if req.body.get("stream") is True:
             return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
-        req.finish(self._parse(result))
+        req.finish(parse_response(self._kind, result))
         return result
 
     def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:

@@ -22,7 +22,6 @@ from budgetmix.adapters._wire import (
     field,
 )
 from budgetmix.events import MistakeKind
-from budgetmix.notice import with_notice_openai_chat
 
 if TYPE_CHECKING:
     from budgetmix.adapters.pricing import Pricing
@@ -49,7 +48,7 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
     else:
         messages = body.get("messages")
         for message in reversed(messages if isinstance(messages, list | tuple) else ()):
-            role = message.get("role") if type(message) is dict else field(message, "role")
+            role = field(message, "role")
             if role == "assistant":
                 break
             if kind == "chat":
@@ -124,10 +123,8 @@ class TurnRequest:
         self._original = body
         self.body = out = dict(body)
         # new lists (the caller's history is never touched), with the notice if there is one
-        notice = turn.notice
         if kind == "chat":
-            messages = out.get("messages") or ()
-            out["messages"] = with_notice_openai_chat(messages, notice) if notice else [*messages]
+            out["messages"] = turn.openai_chat(out.get("messages") or ())
         elif kind == "responses":
             raw = out.get("input")
             out["input"] = turn.openai_responses(raw if isinstance(raw, str) else raw or ())
@@ -198,9 +195,8 @@ class TurnRequest:
             message["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls
             ]
-        ep.transcript.append(message)  # (what ep.record_message does)
-        if ep.controller.capture_content:  # off by default: content stays out of traces
-            turn.record_content(
-                input_messages=self.body.get("messages", self.body.get("input")),
-                output_messages=[message],
-            )
+        ep.record_message(message)
+        turn.record_content(
+            input_messages=self.body.get("messages", self.body.get("input")),
+            output_messages=[message],
+        )

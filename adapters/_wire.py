@@ -21,7 +21,6 @@ from budgetmix.adapters.base import Usage
 from budgetmix.exceptions import ProviderError, ResponseFormatError
 
 __all__ = [
-    "PARSERS",
     "AnthropicStreamAccumulator",
     "ChatStreamAccumulator",
     "ParsedResponse",
@@ -104,8 +103,8 @@ def _str(value: Any) -> str | None:
 def _int(value: Any) -> int | None:
     """A token count or index: a non-negative int (below 2**53, so it prices as a float),
     else ``None`` (not reported)."""
-    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
-        return int(value) if 0 <= value < _MAX_COUNT else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_COUNT:
+        return int(value)
     return None
 
 
@@ -144,9 +143,8 @@ def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
     if usage is None:
         return
     get = reader(usage)
-    inp, outp = get(usage, "prompt_tokens", None), get(usage, "completion_tokens", None)
-    out.input_tokens = inp if type(inp) is int and 0 <= inp < _MAX_COUNT else _int(inp)
-    out.output_tokens = outp if type(outp) is int and 0 <= outp < _MAX_COUNT else _int(outp)
+    out.input_tokens = _int(get(usage, "prompt_tokens", None))
+    out.output_tokens = _int(get(usage, "completion_tokens", None))
     details = get(usage, "prompt_tokens_details", None)
     if details is not None:
         out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
@@ -279,13 +277,12 @@ def parse_anthropic(obj: Any) -> ParsedResponse:
     return out
 
 
-#: The whole-response parser of each wire kind.
-PARSERS = {"chat": parse_chat, "responses": parse_responses, "anthropic": parse_anthropic}
+_PARSERS = {"chat": parse_chat, "responses": parse_responses, "anthropic": parse_anthropic}
 
 
 def parse_response(kind: WireKind, obj: Any) -> ParsedResponse:
     """Parse a whole (non-streamed) response of ``kind``."""
-    return PARSERS[kind](obj)
+    return _PARSERS[kind](obj)
 
 
 # -- streams ---------------------------------------------------------------------------

@@ -154,7 +154,6 @@ class Pricing:
         extra = prices._prices if isinstance(prices, Pricing) else prices
         merged = Pricing(defaults=False)
         merged._prices = {**self._prices, **{k: _as_price(k, v) for k, v in extra.items()}}
-        merged._found = {}
         return merged
 
     def models(self) -> list[str]:
@@ -213,9 +212,7 @@ class Pricing:
         cache_write: int = 0,
     ) -> float | None:
         """USD for a call, or ``None`` when the model is unknown (see :meth:`ModelPrice.cost`)."""
-        found = self._found.get(model) if model else None
-        if found is None:
-            found = self.lookup(model)
+        found = self.lookup(model)
         if found is None:
             return None
         return found.cost(

@@ -20,7 +20,7 @@ from budgetmix.events import (
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
 from budgetmix.hooks import call_hooks
 from budgetmix.ledger import Ledger, LedgerState
-from budgetmix.notice import NOTICE_FORMATS, render_notice
+from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
 from budgetmix.steps import ToolCall, Turn
@@ -176,9 +176,7 @@ class Episode:
         """Like :meth:`begin_turn`, but returns ``None`` where it would raise a budget stop."""
         if self._status is not None:
             raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
-        if self._turn is not None:
-            self._turn.end()
-            self._turn = None
+        self._end_turn()
         if self._early_stop is not None:
             return None
         if self._exhausted is not None:
@@ -223,17 +221,10 @@ class Episode:
         state = self.ledger.state(in_turn=True)
         notice: str | None = None
         if grace or c.notice.should_notify(state):
-            fmt = c.notice.format
-            renderer = NOTICE_FORMATS.get(fmt)  # (render_notice raises for an unknown one)
-            notice = renderer(state) if renderer is not None else render_notice(state, fmt)
-        # the state's turn facts, read once (in_turn=True: this turn is already charged)
-        total, used = int(state.limits["turns"] or 0), int(state.used["turns"])
-        turns_left = max(0, total - used + 1)
-        number = used + (1 if grace else 0)
-        span = self._span if self._spans_no_op else self._no_op_child()
-        recording: bool | None = False  # the no-op shortcut's spans never record
+            notice = render_notice(state, c.notice.format)
+        number = state.turn_number + (1 if grace else 0)
+        span = self._no_op_child()
         if span is None:
-            recording = None
             # operation, provider and model go in at span start: samplers read them there
             start_attrs: dict[str, str | int] = {
                 sc.GEN_AI_OPERATION_NAME: "chat",
@@ -251,21 +242,15 @@ class Episode:
                 kind=SpanKind.CLIENT,
                 attributes=start_attrs,
             )
-        turn = Turn(self, number, model, notice, span, grace=grace, recording=recording)
+        turn = Turn(self, number, model, notice, span, grace=grace)
         if turn._recording:
-            span.set_attribute(sc.bm_remaining("turns"), turns_left - 1)
+            span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
             if grace:
                 span.set_attribute("budgetmix.grace_turn", True)
         self._turn = turn
         if not grace:
-            if (
-                not self._warned
-                and c.warn_fraction > 0
-                and turns_left <= max(1, math.ceil(c.warn_fraction * total))
-            ):
-                self._warn(state, turns_left)
-            if c.hooks:
-                call_hooks(c.hooks, "on_turn", self, number)
+            self._maybe_warn(state)
+            call_hooks(c.hooks, "on_turn", self, number)
         return turn
 
     def _no_op_child(self, parent: trace.Span | None = None) -> trace.Span | None:
@@ -289,11 +274,14 @@ class Episode:
             self._turn.end()
             self._turn = None
 
-    def _warn(self, state: LedgerState, turns_left: int) -> None:
-        """The once-per-episode warning: the turns left fell to ``warn_fraction``."""
-        self._warned = True
-        self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": turns_left})
-        call_hooks(self.controller.hooks, "on_budget_warning", self, state)
+    def _maybe_warn(self, state: LedgerState) -> None:
+        if self._warned or self.controller.warn_fraction <= 0:
+            return
+        threshold = max(1, math.ceil(self.controller.warn_fraction * state.turns_total))
+        if state.turns_remaining <= threshold:
+            self._warned = True
+            self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": state.turns_remaining})
+            call_hooks(self.controller.hooks, "on_budget_warning", self, state)
 
     def _extend_and_retry(self, blocked: str, charge: Callable[[], str | None]) -> str | None:
         """Ask the extension policy once per refusing dimension, retrying the charge

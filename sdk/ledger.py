@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.budget import DIMENSIONS, Budget
@@ -37,6 +37,21 @@ class LedgerState:
     limits: Mapping[str, float | None]
     used: Mapping[str, float]
     in_turn: bool = False
+    # the turn facts, derived once per snapshot (they are read several times every turn)
+    turns_total: int = field(init=False, repr=False, compare=False)
+    turns_used: int = field(init=False, repr=False, compare=False)
+    turn_number: int = field(init=False, repr=False, compare=False)
+    """1-based index of the turn in progress (or of the next turn)."""
+    turns_remaining: int = field(init=False, repr=False, compare=False)
+    """Turns left, counting the turn in progress."""
+
+    def __post_init__(self) -> None:
+        total, used = int(self.limits["turns"] or 0), int(self.used["turns"])
+        number = used if self.in_turn else used + 1
+        object.__setattr__(self, "turns_total", total)
+        object.__setattr__(self, "turns_used", used)
+        object.__setattr__(self, "turn_number", number)
+        object.__setattr__(self, "turns_remaining", max(0, total - number + 1))
 
     def remaining(self, dimension: str) -> float | None:
         """Units left in ``dimension`` (``None`` when unlimited)."""
@@ -44,27 +59,6 @@ class LedgerState:
         if limit is None:
             return None
         return max(0.0, limit - self.used[dimension])
-
-    @property
-    def turns_total(self) -> int:
-        return int(self.limits["turns"] or 0)
-
-    @property
-    def turns_used(self) -> int:
-        return int(self.used["turns"])
-
-    @property
-    def turn_number(self) -> int:
-        """1-based index of the turn in progress (or of the next turn)."""
-        used = int(self.used["turns"])
-        return used if self.in_turn else used + 1
-
-    @property
-    def turns_remaining(self) -> int:
-        """Turns left, counting the turn in progress."""
-        # = turns_total - turn_number + 1, inlined: read several times every turn
-        left = int(self.limits["turns"] or 0) - int(self.used["turns"])
-        return max(0, left + 1 if self.in_turn else left)
 
     @property
     def is_final_turn(self) -> bool:
@@ -122,7 +116,7 @@ class Ledger:
     def state(self, *, in_turn: bool = False) -> LedgerState:
         """Snapshot of this ledger (wall time read now)."""
         used = self._used.copy()
-        used["wall_seconds"] = self._clock() - self._started
+        used["wall_seconds"] = self.elapsed()
         return LedgerState(self._limits.copy(), used, in_turn)
 
     def used(self, dimension: str) -> float:

@@ -67,22 +67,11 @@ def _other_dimensions(state: LedgerState) -> str:
 
 
 def _render_v1(state: LedgerState) -> str:
-    total, used = int(state.limits["turns"] or 0), int(state.used["turns"])
-    n, left = (used, total - used + 1) if state.in_turn else (used + 1, total - used)
+    n, total, left = state.turn_number, state.turns_total, state.turns_remaining
     if left <= 1:
         head = f"Budget (v1): turn {n} of {total}, the final turn."
     else:
         head = f"Budget (v1): turn {n} of {total}, {left} turns left including this one."
-    lim = state.limits
-    if (  # no limit but turns: the common case, spelled out (it is asked every turn)
-        lim["tool_calls"] is None
-        and lim["input_tokens"] is None
-        and lim["output_tokens"] is None
-        and lim["total_tokens"] is None
-        and lim["cost_usd"] is None
-        and lim["wall_seconds"] is None
-    ):
-        return head
     return head + _other_dimensions(state)
 
 

@@ -63,7 +63,6 @@ class Turn:
         span: Span,
         *,
         grace: bool = False,
-        recording: bool | None = None,
     ) -> None:
         self.episode = episode
         self.number = number
@@ -71,8 +70,7 @@ class Turn:
         self.notice = notice
         self.grace = grace
         self._span = span
-        # asked once (False for every no-op span); ``recording``: the caller knows already
-        self._recording = span.is_recording() if recording is None else recording
+        self._recording = span.is_recording()  # asked once: False for every no-op span
         self._ended = False
         # whether this turn holds a charge in the ledger (grace turns never do; a
         # request that failed after retries gives its charge back)
@@ -171,8 +169,7 @@ class Turn:
         Calling again after such a failure charges the turn again first (the failed
         request gave its turn back), so it may raise :class:`BudgetExhausted`."""
         ep = self.episode
-        if not self._charged:
-            ep._charge_again(self)
+        ep._charge_again(self)
         try:
             return fn()  # the common case: the retry machinery is never built
         except Exception as exc:
@@ -201,8 +198,7 @@ class Turn:
     ) -> T:
         """Async twin of :meth:`call`."""
         ep = self.episode
-        if not self._charged:
-            ep._charge_again(self)
+        ep._charge_again(self)
         try:
             return await fn()
         except Exception as exc:
