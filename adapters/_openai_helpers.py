@@ -43,7 +43,7 @@ class HelperResource:
 
     def create(self, **kwargs: Any) -> Any:
         result = self._endpoint.create(**kwargs)
-        if isinstance(result, RecordingStream | AsyncRecordingStream):
+        if isinstance(result, (RecordingStream, AsyncRecordingStream)):
             self.streams.append(result)
         return result
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from budgetmix.adapters._wire import WireKind, WireToolCall, field
+from budgetmix.adapters._wire import SEQUENCES, WireKind, WireToolCall, field
 from budgetmix.events import MistakeKind
 
 __all__ = ["tool_call_problem", "tool_schemas", "validate_json"]
@@ -21,7 +21,7 @@ __all__ = ["tool_call_problem", "tool_schemas", "validate_json"]
 def tool_schemas(kind: WireKind, tools: Any) -> dict[str, Mapping[str, Any]] | None:
     """Declared function tools -> ``{name: JSON schema}``; ``None`` when the request
     declares no tools (then names are not checked) or uses hosted tools we can't see."""
-    if not isinstance(tools, list | tuple) or not tools:
+    if not isinstance(tools, SEQUENCES) or not tools:
         return None
     out: dict[str, Mapping[str, Any]] = {}
     for tool in tools:

@@ -15,6 +15,7 @@ from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
 from budgetmix.adapters._wire import (
     EVENT_TRUNCATED,
     EVENT_USAGE_MISSING,
+    SEQUENCES,
     Accumulator,
     ParsedResponse,
     WireKind,
@@ -39,7 +40,7 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
     found: list[tuple[Any, bool, str]] = []  # (call id, ok, detail), newest first
     if kind == "responses":
         items = body.get("input")
-        for item in reversed(items if isinstance(items, list | tuple) else ()):
+        for item in reversed(items if isinstance(items, SEQUENCES) else ()):
             kind_ = field(item, "type")
             if kind_ == "function_call" or field(item, "role") == "assistant":
                 break
@@ -47,7 +48,7 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
                 found.append((field(item, "call_id"), True, ""))
     else:
         messages = body.get("messages")
-        for message in reversed(messages if isinstance(messages, list | tuple) else ()):
+        for message in reversed(messages if isinstance(messages, SEQUENCES) else ()):
             role = field(message, "role")
             if role == "assistant":
                 break
@@ -63,7 +64,7 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
                     text = field(block, "content", "") if failed else ""
                     detail = str(text)[:300] if text else ""
                     found.append((field(block, "tool_use_id"), not failed, detail))
-    for call_id, ok, detail in reversed(found):
+    for call_id, ok, detail in reversed(found) if found else ():
         if isinstance(call_id, str) and call_id:
             episode.record_tool_result(call_id, ok=ok, detail=detail)
 

@@ -86,10 +86,13 @@ def reader(obj: Any) -> Reader:
     return getattr
 
 
+SEQUENCES = (list, tuple)  # a tuple, not list | tuple: that builds a union per call
+
+
 def _seq(value: Any) -> Any:
     """``value`` if it is a list (or tuple), else nothing to iterate: malformed bodies
     must not crash the parser."""
-    return value if isinstance(value, list | tuple) else ()
+    return value if isinstance(value, SEQUENCES) else ()
 
 
 def _text(value: Any) -> str:

@@ -13,7 +13,6 @@ A grace turn always carries a notice, whatever the rule says.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -114,9 +113,7 @@ class NotifyWhenAtMost(NoticeRule):
         if self.turns is not None and left <= self.turns:
             return True
         # same rounding as the controller's warn_fraction: never below the final turn
-        return self.fraction is not None and left <= max(
-            1, math.ceil(self.fraction * state.turns_total)
-        )
+        return self.fraction is not None and state.in_last_share(self.fraction)
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "at_most"}

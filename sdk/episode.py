@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -277,8 +276,7 @@ class Episode:
     def _maybe_warn(self, state: LedgerState) -> None:
         if self._warned or self.controller.warn_fraction <= 0:
             return
-        threshold = max(1, math.ceil(self.controller.warn_fraction * state.turns_total))
-        if state.turns_remaining <= threshold:
+        if state.in_last_share(self.controller.warn_fraction):
             self._warned = True
             self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": state.turns_remaining})
             call_hooks(self.controller.hooks, "on_budget_warning", self, state)

@@ -25,7 +25,7 @@ _TOKEN_DIMS = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
 _INTEGRAL_DIMS = frozenset({"turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class LedgerState:
     """A read-only snapshot of one ledger: limits (after grants) and usage.
 
@@ -45,13 +45,22 @@ class LedgerState:
     turns_remaining: int = field(init=False, repr=False, compare=False)
     """Turns left, counting the turn in progress."""
 
-    def __post_init__(self) -> None:
-        total, used = int(self.limits["turns"] or 0), int(self.used["turns"])
-        number = used if self.in_turn else used + 1
-        object.__setattr__(self, "turns_total", total)
-        object.__setattr__(self, "turns_used", used)
-        object.__setattr__(self, "turn_number", number)
-        object.__setattr__(self, "turns_remaining", max(0, total - number + 1))
+    def __init__(
+        self, limits: Mapping[str, float | None], used: Mapping[str, float], in_turn: bool = False
+    ) -> None:
+        total, spent = int(limits["turns"] or 0), int(used["turns"])
+        number = spent if in_turn else spent + 1
+        # one snapshot per turn: filled in one step (a frozen dataclass's own __init__
+        # sets each field through object.__setattr__, twice the cost); still frozen after
+        self.__dict__.update(
+            limits=limits,
+            used=used,
+            in_turn=in_turn,
+            turns_total=total,
+            turns_used=spent,
+            turn_number=number,
+            turns_remaining=max(0, total - number + 1),
+        )
 
     def remaining(self, dimension: str) -> float | None:
         """Units left in ``dimension`` (``None`` when unlimited)."""
@@ -63,6 +72,17 @@ class LedgerState:
     @property
     def is_final_turn(self) -> bool:
         return self.turns_remaining == 1
+
+    def in_last_share(self, fraction: float) -> bool:
+        """Whether the turns left (counting the one in progress) are within the last
+        ``fraction`` of the turn limit, rounded up and never below the final turn:
+        ``turns_remaining <= max(1, ceil(fraction * turns_total))``.
+
+        Checked every turn, so without ``ceil`` or ``max``: for a whole number ``n``,
+        ``n <= ceil(x)`` exactly when ``n - 1 < x``.
+        """
+        left = self.turns_remaining
+        return left <= 1 or left - 1 < fraction * self.turns_total
 
 
 class Ledger:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from _sdk_doubles import FakeClock
 from budgetmix import (
     DEFAULT_NOTICE_FORMAT,
@@ -17,6 +20,7 @@ from budgetmix import (
     BudgetController,
     ConfigError,
     EveryTurnNotice,
+    Hooks,
     LedgerState,
     render_notice,
     with_notice_anthropic,
@@ -324,3 +328,32 @@ def test_prefix_before_the_notice_is_identical_across_turns(
         assert stream_next.startswith(before_n)
         # no notice is left behind in history: the old one never reappears
         assert json.dumps(notice_n)[1:-1].encode() not in stream_next
+
+
+@given(
+    total=st.integers(min_value=1, max_value=10_000),
+    turn=st.integers(min_value=1, max_value=10_000),
+    fraction=st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
+)
+def test_last_share_rounds_up_and_keeps_the_final_turn(
+    total: int, turn: int, fraction: float
+) -> None:
+    # the shared rule behind warn_fraction and NotifyWhenAtMost(fraction=...), checked
+    # against its definition: turns left <= max(1, ceil(fraction * total))
+    state = _state({**TURNS_ONLY, "turns": total}, min(turn, total))
+    expected = state.turns_remaining <= max(1, math.ceil(fraction * total))
+    assert state.in_last_share(fraction) is expected
+
+
+def test_warning_fires_on_the_first_turn_within_the_share() -> None:
+    warned: list[int] = []
+
+    class Record(Hooks):
+        def on_budget_warning(self, episode: Any, state: LedgerState) -> None:
+            warned.append(state.turn_number)
+
+    c = BudgetController(Budget(turns=10), warn_fraction=0.25, hooks=[Record()])
+    with c.episode() as ep:
+        for _ in ep.turns():
+            pass
+    assert warned == [8]  # ceil(0.25 * 10) = 3 turns left: turns 8, 9 and 10; warned once
