@@ -106,9 +106,11 @@ def _str(value: Any) -> str | None:
 def _int(value: Any) -> int | None:
     """A token count or index: a non-negative int (below 2**53, so it prices as a float),
     else ``None`` (not reported)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_COUNT:
-        return int(value)
-    return None
+    if type(value) is not int:  # JSON and SDK counts are exact ints: one check
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        value = int(value)  # an int subclass (an enum, say) counts as its value
+    return value if 0 <= value < _MAX_COUNT else None
 
 
 _MAX_COUNT = 2**53

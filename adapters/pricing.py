@@ -59,6 +59,9 @@ class ModelPrice:
     ) -> float:
         """USD for this many tokens; ``cache_read`` and ``cache_write`` are the parts of
         ``input_tokens`` the cache served or stored."""
+        if not (cache_read or cache_write):  # most calls: the same sum without the zero terms
+            fresh = input_tokens if input_tokens > 0 else 0
+            return (fresh * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
         read_price = (
             self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
         )

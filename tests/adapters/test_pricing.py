@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from budgetmix import ConfigError
 from budgetmix.adapters.pricing import DEFAULT_PRICING, ModelPrice, Pricing
 
@@ -125,3 +127,18 @@ def test_adapters_price_cached_input_from_each_wire_format() -> None:
     span = rig.spans("chat")[0]
     assert span.attributes is not None
     assert span.attributes["gen_ai.usage.cache_creation.input_tokens"] == 300
+
+
+@given(
+    inp=st.integers(min_value=0, max_value=2**40),
+    out=st.integers(min_value=0, max_value=2**40),
+    prices=st.tuples(*[st.floats(min_value=0, max_value=1000)] * 4),
+)
+def test_uncached_calls_cost_the_same_as_the_general_formula(
+    inp: int, out: int, prices: tuple[float, float, float, float]
+) -> None:
+    # calls without cache tokens skip the zero terms: the result must not change
+    price = ModelPrice(*prices)
+    general = (inp * prices[0] + 0 * prices[2] + 0 * prices[3] + out * prices[1]) / 1e6
+    assert price.cost(inp, out) == general
+    assert price.cost(inp, out, cache_read=0, cache_write=0) == general
