@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from budgetmix import ConfigError
 from budgetmix.adapters.pricing import DEFAULT_PRICING, ModelPrice, Pricing
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(

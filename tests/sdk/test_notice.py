@@ -10,8 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from _sdk_doubles import FakeClock
 from budgetmix import (
     DEFAULT_NOTICE_FORMAT,
@@ -27,6 +25,8 @@ from budgetmix import (
     with_notice_openai_chat,
     with_notice_openai_responses,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 TURNS_ONLY = {
     "turns": 10,
