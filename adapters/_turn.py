@@ -73,13 +73,29 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 _SCALARS = (str, int, float, bool)
 
 
-def _plain_json(value: Any) -> bool:
-    """True when ``value`` is made only of dicts with str keys, lists and JSON scalars.
+def _plain_json(messages: list[Any]) -> bool:
+    """True when ``messages`` is made only of dicts with str keys, lists and JSON scalars.
 
-    Iterative (no recursion limit, no generators); it runs over the whole history every
-    turn, about 0.4 us per message (the SDK's own transform costs ~0.1 ms per message).
+    It runs over the whole history every turn, so the common message (a dict of
+    strings) is checked in one flat loop, and only the values that nest (tool calls,
+    content blocks) go through the general walk: about 0.4 us per message (the SDK's
+    own transform costs ~0.1 ms per message).
     """
-    pending = [value]
+    nested: list[Any] = []
+    for message in messages:
+        if type(message) is not dict:
+            nested.append(message)
+            continue
+        for key, value in message.items():
+            if type(key) is not str:
+                return False
+            if type(value) is not str:
+                nested.append(value)
+    return not nested or _plain_json_walk(nested)
+
+
+def _plain_json_walk(pending: list[Any]) -> bool:
+    """The general check over ``pending`` values. Iterative: no recursion limit."""
     pop, push = pending.pop, pending.append
     while pending:
         item = pop()

@@ -132,3 +132,37 @@ def test_sdk_objects_in_the_history_take_the_sdks_own_path() -> None:
     by_hand.openai().chat.completions.create(model="gpt-4o", messages=[*history, notice])
     assert wrapped.body == by_hand.fake.requests[-1].body
     assert wrapped.json["messages"][2]["tool_calls"][0]["id"] == "c1"
+
+
+def test_values_nested_in_a_message_are_checked_too() -> None:
+    """A dict message is plain JSON only if everything inside it is: content parts
+    given as a generator (which the SDK turns into a list, and JSON cannot encode) send
+    the same bytes as the SDK's own path instead of failing."""
+
+    def history() -> list[Any]:
+        parts = ({"type": "text", "text": t} for t in ("what is", " 1+2?"))
+        return [CHAT_HISTORY[0], {"role": "user", "content": parts}]
+
+    def send(client: Any, items: Any) -> None:
+        client.chat.completions.create(model="gpt-4o", messages=items)
+
+    ours, sdk = sent_bodies(
+        send, [history(), as_tuple(history())], lambda rig: budgeted(rig.openai(), rig.controller)
+    )
+    assert ours == sdk and b"Budget (v1)" in ours and b'" 1+2?"' in ours
+
+
+def test_messages_that_are_not_dicts_take_the_sdks_own_path() -> None:
+    """A message given as another Mapping (which the SDK accepts and JSON cannot encode)
+    sends the same bytes as the SDK's own path instead of failing."""
+    from types import MappingProxyType
+
+    history = [CHAT_HISTORY[0], MappingProxyType({"role": "user", "content": "what is 1+2?"})]
+
+    def send(client: Any, items: Any) -> None:
+        client.chat.completions.create(model="gpt-4o", messages=items)
+
+    ours, sdk = sent_bodies(
+        send, [history, as_tuple(history)], lambda rig: budgeted(rig.openai(), rig.controller)
+    )
+    assert ours == sdk and b"Budget (v1)" in ours and b"what is 1+2?" in ours
