@@ -400,7 +400,15 @@ class Trainer:
         if not self.acc.is_main_process:
             return None
         d = self.out / "final"
-        self.policy.save_pretrained(str(d), safe_serialization=True)
+        policy = self.policy
+        if self.config.lora:
+            # ship a whole model that from_pretrained (and load_pretrained) can open; the
+            # adapter alone goes next to it, for users who keep base and adapter apart
+            import copy
+
+            policy.save_pretrained(str(d / "adapter"), safe_serialization=True)
+            policy = copy.deepcopy(policy).merge_and_unload()
+        policy.save_pretrained(str(d), safe_serialization=True)
         self.tokenizer.save_pretrained(str(d))
         return d
 

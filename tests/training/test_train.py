@@ -79,3 +79,26 @@ def test_resume_refuses_another_config(tmp_path: Path) -> None:
     train(preset("echo-tiny", output_dir=str(tmp_path), **small))
     with pytest.raises(ConfigError, match=r"resume.*differs in.*seed"):
         train(preset("echo-tiny", output_dir=str(tmp_path), seed=1, **small), resume=True)
+
+
+def test_lora_trains_adapters_only_and_ships_a_whole_model(tmp_path: Path) -> None:
+    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.trainer import build_policy
+
+    pytest.importorskip("peft")
+    small = {**TRIVIAL, "sft_steps": 3, "steps": 2, "groups_per_step": 2, "sft_batch": 8}
+    cfg = preset("echo-tiny", output_dir=str(tmp_path), lora=True, lora_rank=4, **small)
+    result = train(cfg)
+    assert result.final_model_dir is not None
+    assert (result.final_model_dir / "adapter" / "adapter_model.safetensors").is_file()
+    # the final directory is a whole model: the loader used for real checkpoints opens it
+    merged, _ = load_pretrained(result.final_model_dir)
+    base, _ = build_policy(preset("echo-tiny", output_dir=str(tmp_path), **small))
+    after, before = merged.state_dict(), base.state_dict()
+    assert after.keys() == before.keys()
+    adapted = {k for k in before if k.split(".")[-2] in {"q_proj", "k_proj", "v_proj", "o_proj"}}
+    assert adapted, "the tiny model has attention projections to adapt"
+    for name, weight in before.items():
+        if name not in adapted:  # embeddings, MLP, norms: frozen under LoRA
+            assert torch.equal(after[name], weight), name
+    assert any(not torch.equal(after[k], before[k]) for k in adapted)  # the adapters learned
