@@ -47,7 +47,7 @@ from budgetmix.policy import (
 )
 from budgetmix.retry import Classifier, RetryPolicy, classify_exception
 from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
 __all__ = ["BudgetController", "current_episode"]
 
@@ -232,8 +232,3 @@ class BudgetController:
                 if lim is not None:
                     span.set_attribute(sc.bm_limit(dim), lim)
         return span
-
-    @staticmethod
-    def _set_error(span: trace.Span, error_type: str) -> None:
-        span.set_attribute(sc.ERROR_TYPE, error_type)
-        span.set_status(Status(StatusCode.ERROR))

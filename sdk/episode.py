@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
-from budgetmix.budget import DIMENSIONS, Budget
+from budgetmix.budget import Budget
 from budgetmix.events import (
     BudgetEvent,
     EpisodeResult,
@@ -22,9 +22,18 @@ from budgetmix.ledger import Ledger, LedgerState
 from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
+from budgetmix.spans import (
+    add_budget_event,
+    add_mistake_event,
+    add_recovery_event,
+    add_retry_event,
+    end_episode_attributes,
+    start_tool_spans,
+    start_turn_span,
+)
 from budgetmix.steps import ToolCall, Turn
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanKind
+from opentelemetry.trace import NonRecordingSpan
 
 if TYPE_CHECKING:
     import contextvars
@@ -224,22 +233,13 @@ class Episode:
         number = state.turn_number + (1 if grace else 0)
         span = self._no_op_child()
         if span is None:
-            # operation, provider and model go in at span start: samplers read them there
-            start_attrs: dict[str, str | int] = {
-                sc.GEN_AI_OPERATION_NAME: "chat",
-                sc.BM_TURN: number,
-            }
-            if c.provider_name:
-                start_attrs[sc.GEN_AI_PROVIDER_NAME] = c.provider_name
-            if self.conversation_id:
-                start_attrs[sc.GEN_AI_CONVERSATION_ID] = self.conversation_id
-            if model:
-                start_attrs[sc.GEN_AI_REQUEST_MODEL] = model
-            span = c.tracer.start_span(
-                f"chat {model}" if model else "chat",
-                context=trace.set_span_in_context(self._span),
-                kind=SpanKind.CLIENT,
-                attributes=start_attrs,
+            span = start_turn_span(
+                c.tracer,
+                self._span,
+                number=number,
+                model=model,
+                provider=c.provider_name,
+                conversation_id=self.conversation_id,
             )
         turn = Turn(self, number, model, notice, span, grace=grace)
         if turn._recording:
@@ -363,21 +363,11 @@ class Episode:
             return [
                 ToolCall(self, name, cid, turn, no_op) for name, cid in zip(names, ids, strict=True)
             ]
-        ctx = trace.set_span_in_context(parent)
-        calls = []
-        for name, cid in zip(names, ids, strict=True):
-            attrs: dict[str, str] = {
-                sc.GEN_AI_OPERATION_NAME: "execute_tool",
-                sc.GEN_AI_TOOL_NAME: name,
-                sc.GEN_AI_TOOL_TYPE: "function",
-            }
-            if cid:
-                attrs[sc.GEN_AI_TOOL_CALL_ID] = cid
-            span = self.controller.tracer.start_span(
-                f"execute_tool {name}", context=ctx, kind=SpanKind.INTERNAL, attributes=attrs
-            )
-            calls.append(ToolCall(self, name, cid, turn, span))
-        return calls
+        spans = start_tool_spans(self.controller.tracer, parent, names, ids)
+        return [
+            ToolCall(self, name, cid, turn, span)
+            for name, cid, span in zip(names, ids, spans, strict=True)
+        ]
 
     def tool_call(self, name: str, call_id: str | None = None) -> ToolCall:
         """A batch of one."""
@@ -427,16 +417,7 @@ class Episode:
         self._steps.append(StepRecord(self.turn_number, ok=False, mistake=str(m.kind)))
         span = self._current_span()
         if span.is_recording():
-            attrs: dict[str, str | int] = {
-                "budgetmix.mistake.id": m.id,
-                "budgetmix.mistake.kind": str(m.kind),
-                "budgetmix.turn": m.turn,
-            }
-            if tool:
-                attrs["gen_ai.tool.name"] = tool
-            if call_id:
-                attrs["gen_ai.tool.call.id"] = call_id
-            span.add_event(sc.BM_EVENT_MISTAKE, attrs)
+            add_mistake_event(span, m, tool=tool, call_id=call_id)
         self.controller.m_mistakes.add(1, {"kind": str(m.kind)})
         call_hooks(self.controller.hooks, "on_mistake", self, m)
         self._check_early_stop()
@@ -460,14 +441,7 @@ class Episode:
         if recovery is not None:
             span = self._current_span()
             if span.is_recording():
-                span.add_event(
-                    sc.BM_EVENT_RECOVERY,
-                    {
-                        "budgetmix.recovery.id": recovery.id,
-                        "budgetmix.recovery.recovered": list(recovery.recovered),
-                        "budgetmix.recovery.turns": recovery.turns_to_recover,
-                    },
-                )
+                add_recovery_event(span, recovery)
             self.controller.m_recoveries.add(1)
             call_hooks(self.controller.hooks, "on_recovery", self, recovery)
         self._check_early_stop()
@@ -570,20 +544,16 @@ class Episode:
             metadata=dict(self.metadata),
         )
         if span.is_recording():
-            span.set_attribute(sc.BM_STATUS, str(status))
-            if stop_reason:
-                span.set_attribute(sc.BM_STOP_REASON, stop_reason)
-            span.set_attribute(sc.BM_MISTAKES, len(self._tracker.mistakes))
-            span.set_attribute(sc.BM_RECOVERIES, len(self._tracker.recoveries))
-            limits = self.ledger.limits()
-            for dim in DIMENSIONS:
-                lim = limits[dim]
-                span.set_attribute(sc.bm_used(dim), used[dim])
-                if lim is not None:
-                    span.set_attribute(sc.bm_limit(dim), lim)
-                    span.set_attribute(sc.bm_remaining(dim), max(0.0, lim - used[dim]))
-            if status is EpisodeStatus.ERROR:
-                self.controller._set_error(span, (error or "error").split(":")[0])
+            end_episode_attributes(
+                span,
+                status=str(status),
+                stop_reason=stop_reason,
+                mistakes=len(self._tracker.mistakes),
+                recoveries=len(self._tracker.recoveries),
+                used=used,
+                limits=self.ledger.limits(),
+                error=(error or "error") if status is EpisodeStatus.ERROR else None,
+            )
         span.end()
         self.controller.m_turns.record(used["turns"], {"status": str(status)})
         call_hooks(self.controller.hooks, "on_finish", self, self.result)
@@ -596,13 +566,7 @@ class Episode:
     def _event(self, otel_name: str, kind: str, detail: dict[str, Any]) -> None:
         self._events.append(BudgetEvent(kind=kind, turn=self.turn_number, detail=detail))
         if self._span.is_recording():
-            self._span.add_event(
-                otel_name,
-                {
-                    "budgetmix.turn": self.turn_number,
-                    **{f"budgetmix.{k}": v for k, v in detail.items()},
-                },
-            )
+            add_budget_event(self._span, otel_name, self.turn_number, detail)
 
     def _provider_failure(self, turn: Turn, exc: BaseException) -> None:
         # record first: the mistake belongs to the turn that failed, not the one before
@@ -630,13 +594,5 @@ class Episode:
             if blocked is not None:
                 self._mark_exhausted(blocked)
                 raise self._exhausted_error(blocked) from exc
-        span = turn._span
-        if span.is_recording():
-            span.add_event(
-                sc.BM_EVENT_RETRY,
-                {
-                    "budgetmix.retry.attempt": attempt,
-                    "budgetmix.retry.delay_s": delay,
-                    "error.type": type(exc).__name__,
-                },
-            )
+        if turn._span.is_recording():
+            add_retry_event(turn._span, attempt, delay, exc)
