@@ -101,7 +101,9 @@ def agent_history(round_trips: int = 10) -> list[dict[str, Any]]:
 def latency(
     base_url: str, calls: int, repeats: int, messages: list[dict[str, Any]], *, streams: bool
 ) -> list[tuple[str, float, float, float, float]]:
-    controller = BudgetController(Budget(turns=4 * calls + 10))
+    # every variant's block (and its warm-up) fits in one episode; "raise" makes a
+    # budget that is too small fail the run instead of quietly ending a round early
+    controller = BudgetController(Budget(turns=10 * calls + 10), exhaustion="raise")
     # one connection pool for all: every variant talks over the same keep-alive
     # connection to the same server, so only the adapters differ
     pool = httpx.HTTPTransport()
