@@ -64,7 +64,7 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
                     text = field(block, "content", "") if failed else ""
                     detail = str(text)[:300] if text else ""
                     found.append((field(block, "tool_use_id"), not failed, detail))
-    for call_id, ok, detail in reversed(found) if found else ():
+    for call_id, ok, detail in reversed(found):
         if isinstance(call_id, str) and call_id:
             episode.record_tool_result(call_id, ok=ok, detail=detail)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
+from functools import partial
 from typing import Any, Literal
 
 from budgetmix.adapters.base import Usage
@@ -143,26 +144,23 @@ class ParsedResponse:
 
 
 # -- usage -----------------------------------------------------------------------------
-def read_chat_usage(out: ParsedResponse, usage: Any) -> None:
-    """Chat Completions ``usage``: cached tokens are part of ``prompt_tokens``."""
+#: OpenAI ``usage`` field names: (input, output, input details) for Chat Completions
+#: and for Responses; cached tokens are part of the input count in both.
+_CHAT_USAGE = ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
+_RESPONSES_USAGE = ("input_tokens", "output_tokens", "input_tokens_details")
+
+
+def read_openai_usage(
+    out: ParsedResponse, usage: Any, names: tuple[str, str, str] = _CHAT_USAGE
+) -> None:
+    """OpenAI ``usage`` (Chat Completions by default, Responses with ``_RESPONSES_USAGE``)."""
     if usage is None:
         return
     get = reader(usage)
-    out.input_tokens = _int(get(usage, "prompt_tokens", None))
-    out.output_tokens = _int(get(usage, "completion_tokens", None))
-    details = get(usage, "prompt_tokens_details", None)
-    if details is not None:
-        out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
-
-
-def read_responses_usage(out: ParsedResponse, usage: Any) -> None:
-    """Responses ``usage``: cached tokens are part of ``input_tokens``."""
-    if usage is None:
-        return
-    get = reader(usage)
-    out.input_tokens = _int(get(usage, "input_tokens", None))
-    out.output_tokens = _int(get(usage, "output_tokens", None))
-    details = get(usage, "input_tokens_details", None)
+    inp, outp, details_name = names
+    out.input_tokens = _int(get(usage, inp, None))
+    out.output_tokens = _int(get(usage, outp, None))
+    details = get(usage, details_name, None)
     if details is not None:
         out.cache_read_tokens = _int(field(details, "cached_tokens")) or 0
 
@@ -194,9 +192,9 @@ def neutral_usage(kind: WireKind, usage: Any) -> Usage | None:
     )
 
 
-_USAGE_READERS = {
-    "chat": read_chat_usage,
-    "responses": read_responses_usage,
+_USAGE_READERS: dict[str, Callable[[ParsedResponse, Any], None]] = {
+    "chat": read_openai_usage,
+    "responses": partial(read_openai_usage, names=_RESPONSES_USAGE),
     "anthropic": read_anthropic_usage,
 }
 
@@ -206,7 +204,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
     """A Chat Completions response (``chat.completion``)."""
     get = reader(obj)
     out = ParsedResponse(model=_str(get(obj, "model", None)))
-    read_chat_usage(out, get(obj, "usage", None))
+    read_openai_usage(out, get(obj, "usage", None))
     choices = _seq(get(obj, "choices", None))
     if not choices:
         out.empty = True
@@ -235,7 +233,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
 def parse_responses(obj: Any) -> ParsedResponse:
     """A Responses API response (``object: response``)."""
     out = ParsedResponse(model=_str(field(obj, "model")))
-    read_responses_usage(out, field(obj, "usage"))
+    read_openai_usage(out, field(obj, "usage"), _RESPONSES_USAGE)
     status = field(obj, "status")
     if status:
         out.finish_reasons.append(str(status))
@@ -309,7 +307,7 @@ class ChatStreamAccumulator:
             out.model = _str(get(chunk, "model", None))
         usage = get(chunk, "usage", None)
         if usage is not None:
-            read_chat_usage(out, usage)
+            read_openai_usage(out, usage)
         for choice in _seq(get(chunk, "choices", None)):
             self._seen = True
             get = reader(choice)

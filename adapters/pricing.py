@@ -59,22 +59,16 @@ class ModelPrice:
     ) -> float:
         """USD for this many tokens; ``cache_read`` and ``cache_write`` are the parts of
         ``input_tokens`` the cache served or stored."""
-        if not (cache_read or cache_write):  # most calls: the same sum without the zero terms
-            fresh = input_tokens if input_tokens > 0 else 0
-            return (fresh * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
-        read_price = (
-            self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
-        )
-        write_price = (
-            self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
-        )
-        fresh = max(0, input_tokens - cache_read - cache_write)
-        return (
-            fresh * self.input_per_mtok
-            + cache_read * read_price
-            + cache_write * write_price
-            + output_tokens * self.output_per_mtok
-        ) / 1e6
+        fresh = input_tokens - cache_read - cache_write
+        usd = fresh * self.input_per_mtok if fresh > 0 else 0.0
+        # cache terms only when there are cache tokens (most calls have none)
+        if cache_read:
+            price = self.cache_read_per_mtok
+            usd += cache_read * (self.input_per_mtok if price is None else price)
+        if cache_write:
+            price = self.cache_write_per_mtok
+            usd += cache_write * (self.input_per_mtok if price is None else price)
+        return (usd + output_tokens * self.output_per_mtok) / 1e6
 
 
 PriceLike = ModelPrice | tuple[float, ...]

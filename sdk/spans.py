@@ -24,6 +24,7 @@ __all__ = [
     "add_recovery_event",
     "add_retry_event",
     "end_episode_attributes",
+    "set_error",
     "start_tool_spans",
     "start_turn_span",
 ]

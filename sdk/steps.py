@@ -20,7 +20,8 @@ from budgetmix.notice import (
     with_notice_openai_responses,
 )
 from budgetmix.retry import acall_with_retry, call_with_retry, classify_exception
-from opentelemetry.trace import Span, Status, StatusCode
+from budgetmix.spans import set_error
+from opentelemetry.trace import Span
 
 if TYPE_CHECKING:
     from budgetmix.episode import Episode
@@ -126,9 +127,8 @@ class Turn:
     def record_content(self, *, input_messages: Any = None, output_messages: Any = None) -> None:
         """Attach message content to the span, only when content capture is enabled."""
         span = self._span
-        if not (self._recording and self.episode.controller.capture_content):
-            return
-        if not span.is_recording():
+        capture = self.episode.controller.capture_content
+        if not (self._recording and capture and span.is_recording()):
             return
         if input_messages is not None:
             _set_content(span, sc.GEN_AI_INPUT_MESSAGES, input_messages)
@@ -227,8 +227,7 @@ class Turn:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self._span.is_recording():
-            self._span.set_attribute(sc.ERROR_TYPE, type(exc).__name__)
-            self._span.set_status(Status(StatusCode.ERROR))
+            set_error(self._span, type(exc).__name__)
         self.end()
 
 
@@ -271,8 +270,7 @@ class ToolCall:
             return
         self.ok, self.error = False, detail
         if self._span.is_recording():
-            self._span.set_attribute(sc.ERROR_TYPE, str(MistakeKind(kind)))
-            self._span.set_status(Status(StatusCode.ERROR))
+            set_error(self._span, str(MistakeKind(kind)))
         self.episode._tool_finished(self, mistake=MistakeKind(kind), detail=detail)
         self._span.end()
 
