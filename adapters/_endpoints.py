@@ -24,7 +24,7 @@ from budgetmix.adapters._openai_helpers import (
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import WireKind, as_format_error, parse_response
+from budgetmix.adapters._wire import WireKind, as_format_error, parser
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
@@ -62,20 +62,16 @@ class Endpoint:
 
     def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
+        self._parse = parser(kind)
 
     def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
         ep = resolve_episode(self._owner._target)
         if ep is None:
             return None
-        req = TurnRequest(ep, self._kind, kwargs, self._owner._pricing)
-        if req.body.get("stream") is True and self._kind == "chat":
-            # usage arrives in a final chunk only when asked for
-            opts = req.body.get("stream_options")
-            req.body["stream_options"] = {
-                **(opts if isinstance(opts, dict) else {}),
-                "include_usage": True,
-            }
-        return req
+        owner = self._owner
+        return TurnRequest(
+            ep, self._kind, kwargs, owner._pricing, sdk_transform=owner._sdk_transform
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name in _UNBUDGETED and resolve_episode(self._owner._target) is not None:
@@ -87,13 +83,13 @@ class Endpoint:
         return getattr(self._sdk, name)
 
     def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
-        if req.body.get("stream") is True:
+        if req.stream:
             return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
-        req.finish(parse_response(self._kind, result))
+        req.finish(self._parse(result))
         return result
 
     def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:
-        if req.body.get("stream") is True:
+        if req.stream:
             return RecordingRawResponse(raw, lambda s: self._finish(req, s, is_async=is_async))
         self._finish(req, raw.parse(), is_async=is_async)  # parse() caches: the caller's is free
         return raw
@@ -195,9 +191,18 @@ class ClientWrapper:
     """A provider client whose model endpoints subclasses budget; every other attribute
     is the client's own."""
 
-    def __init__(self, client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> None:
+    def __init__(
+        self,
+        client: Any,
+        target: Target,
+        *,
+        pricing: Pricing | None,
+        sleep: Any,
+        sdk_transform: bool = False,
+    ) -> None:
         self._client = client
         self._target = target
+        self._sdk_transform = sdk_transform
         self._pricing = pricing if pricing is not None else DEFAULT_PRICING
         self._sleep = sleep
         # our RetryPolicy governs; SDK retries would hide failures and double the waiting

@@ -122,10 +122,26 @@ class TurnRequest:
         BudgetExhausted / EarlyStopped: the turn was refused; nothing may be sent.
     """
 
-    __slots__ = ("_original", "body", "episode", "kind", "model", "pricing", "turn")
+    __slots__ = (
+        "_original",
+        "_sdk_transform",
+        "body",
+        "episode",
+        "kind",
+        "model",
+        "pricing",
+        "stream",
+        "turn",
+    )
 
     def __init__(
-        self, episode: Episode, kind: WireKind, body: Mapping[str, Any], pricing: Pricing
+        self,
+        episode: Episode,
+        kind: WireKind,
+        body: Mapping[str, Any],
+        pricing: Pricing,
+        *,
+        sdk_transform: bool = False,
     ) -> None:
         model = body.get("model")
         self.model = model if isinstance(model, str) else None
@@ -135,6 +151,7 @@ class TurnRequest:
         self.episode = episode
         self.kind: WireKind = kind
         self.pricing = pricing
+        self._sdk_transform = sdk_transform
         turn = episode.begin_turn(model=self.model)
         self.turn: Turn = turn
         self._original = body
@@ -150,18 +167,29 @@ class TurnRequest:
         if turn.grace and out.get("tools"):
             # tools stay declared (prompt cache) but the wrap-up turn may not call them
             out["tool_choice"] = {"type": "none"} if kind == "anthropic" else "none"
+        self.stream = out.get("stream") is True
+        if self.stream and kind == "chat":
+            # a streamed completion reports usage (in a final chunk) only when asked to
+            opts = out.get("stream_options")
+            out["stream_options"] = {
+                **(opts if isinstance(opts, dict) else {}),
+                "include_usage": True,
+            }
 
     def sdk_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """Keyword arguments for the provider SDK's ``create``: :attr:`body` plus ``overrides``.
 
         The SDKs (Stainless-generated) transform every message against a union of
-        TypedDicts, about 0.1 ms per message on a laptop, a cost the caller already
-        pays for their own messages. When the caller's history is plain JSON data,
-        for which that transform is the identity, the SDK gets the caller's list as
-        before and the list with the notice rides in ``extra_body`` (documented to
-        replace top-level keys of the JSON body), so the bytes sent are the same
-        and the notice adds no transform. Anything else (pydantic objects,
-        generators, file handles) takes the SDK's own path.
+        TypedDicts before encoding it, about 0.15 ms per message, and for plain JSON
+        data (dicts with string keys, lists, strings, numbers, booleans, ``None``) that
+        transform is the identity. So when the caller's history is plain JSON, the
+        history with the notice rides in ``extra_body`` (documented to replace top-level
+        keys of the JSON body) and the SDK's own argument is left empty: the bytes sent
+        are those the SDK would send, without the transform. With ``sdk_transform`` the
+        SDK gets the caller's list as an unwrapped call does (and transforms it, for
+        code that patches the SDK's ``create`` and reads it); only the notice skips it.
+        Anything else (pydantic objects, generators, file handles) takes the SDK's own
+        path, notice included.
         """
         key = "input" if self.kind == "responses" else "messages"
         kwargs = {**self.body, **overrides}
@@ -172,7 +200,7 @@ class TurnRequest:
             and _plain_json(original)
         ):
             kwargs["extra_body"] = {**(extra or {}), key: kwargs[key]}
-            kwargs[key] = original
+            kwargs[key] = original if self._sdk_transform else []
         return kwargs
 
     def accumulator(self) -> Accumulator:

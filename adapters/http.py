@@ -283,7 +283,7 @@ class _Plan:
 
     def __init__(self, lib: ModuleType, kind: WireKind, req: TurnRequest, outgoing: Any) -> None:
         self.lib, self.kind, self.req, self.outgoing = lib, kind, req, outgoing
-        self.stream = req.body.get("stream") is True
+        self.stream = req.stream
 
 
 class _TransportCore:
@@ -369,16 +369,10 @@ class _TransportCore:
                 return lib.Response(200, json=payload, request=request)
             raise _sdk_safe(exc) from exc
         out = req.body
-        if out.get("stream") is True and kind == "chat":
-            opts = out.get("stream_options")
-            out["stream_options"] = {
-                **(opts if isinstance(opts, dict) else {}),
-                "include_usage": True,
-            }
         content = _COMPACT_JSON(out).encode()
         headers = lib.Headers(request.headers)  # a copy, with the new body's length
         headers["content-length"] = str(len(content))
-        if out.get("stream") is True:
+        if req.stream:
             # we read the event stream as it passes: ask for it uncompressed
             headers["accept-encoding"] = "identity"
         outgoing = lib.Request(

@@ -18,6 +18,13 @@ is a ``provider_error`` mistake and :class:`~budgetmix.ProviderError` raised
 ``from`` the SDK's exception. Outside an episode the wrapper is transparent;
 every other attribute is the client's own.
 
+A plain-JSON history (dicts, lists, strings, numbers: what most loops keep) is sent
+through ``extra_body`` without the SDK's per-message request transform, which is the
+identity for such data and costs about 0.15 ms per message: the bytes are those the SDK
+would send, and a wrapped call takes less client time than an unwrapped one. Code that
+patches the SDK's ``create`` (third-party instrumentation) then sees an empty history;
+pass ``sdk_transform=True`` when it must see yours.
+
 The SDK's helpers are budgeted the same way: ``parse()`` (structured outputs),
 ``stream()`` (the SDK's event stream and ``get_final_completion()``, run over the
 budgeted ``create(stream=True)``; the turn is charged when the ``with`` block opens
@@ -97,8 +104,16 @@ class _Namespace:
 class _Wrapper(ClientWrapper):
     _endpoint_cls: type[Endpoint] = Endpoint
 
-    def __init__(self, client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> None:
-        super().__init__(client, target, pricing=pricing, sleep=sleep)
+    def __init__(
+        self,
+        client: Any,
+        target: Target,
+        *,
+        pricing: Pricing | None,
+        sleep: Any,
+        sdk_transform: bool = False,
+    ) -> None:
+        super().__init__(client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform)
         raw, ep_cls = self._raw_client, self._endpoint_cls
         self.chat = _Namespace(
             client.chat,
@@ -127,6 +142,7 @@ def budgeted(
     *,
     pricing: Pricing | None = ...,
     sleep: AsyncSleep | None = ...,
+    sdk_transform: bool = ...,
 ) -> AsyncBudgetedOpenAI: ...
 @overload
 def budgeted(
@@ -135,6 +151,7 @@ def budgeted(
     *,
     pricing: Pricing | None = ...,
     sleep: SyncSleep | None = ...,
+    sdk_transform: bool = ...,
 ) -> BudgetedOpenAI: ...
 def budgeted(
     client: openai.OpenAI | openai.AsyncOpenAI,
@@ -142,6 +159,7 @@ def budgeted(
     *,
     pricing: Pricing | None = None,
     sleep: SyncSleep | AsyncSleep | None = None,
+    sdk_transform: bool = False,
 ) -> BudgetedOpenAI | AsyncBudgetedOpenAI:
     """Wrap an OpenAI client so calls inside an episode are budgeted.
 
@@ -151,14 +169,21 @@ def budgeted(
             episode), or ``None`` (whatever episode is current).
         pricing: prices for cost (default :data:`DEFAULT_PRICING`).
         sleep: waits between retries (tests inject a recorder).
+        sdk_transform: hand the SDK your messages to transform, as an unwrapped call
+            does. By default a plain-JSON history (dicts, lists, strings, numbers) is
+            sent as is, byte for byte what that transform would produce, without its
+            cost (about 0.15 ms per message). Set it when code that patches the SDK's
+            ``create`` (third-party instrumentation) must see the messages.
 
     Raises:
         MissingExtraError: ``openai`` is not installed.
     """
     sdk = _require_openai()
     if isinstance(client, sdk.AsyncOpenAI):
-        return AsyncBudgetedOpenAI(client, target, pricing=pricing, sleep=sleep)
-    return BudgetedOpenAI(client, target, pricing=pricing, sleep=sleep)
+        return AsyncBudgetedOpenAI(
+            client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform
+        )
+    return BudgetedOpenAI(client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform)
 
 
 # -- ChatModel for the built-in loop ---------------------------------------------------

@@ -1,6 +1,7 @@
-"""The wrappers send the notice without re-running the SDK's per-message transform when
-the history is plain JSON (``extra_body``). These tests pin that the bytes on the wire
-are the same as when the SDK transforms the whole list itself."""
+"""The wrappers send a plain-JSON history (with the notice) through ``extra_body``,
+without the SDK's per-message transform, which is the identity for plain JSON. These
+tests pin that the bytes on the wire are the same as when the SDK transforms the whole
+list itself, with and without ``sdk_transform``."""
 
 from __future__ import annotations
 
@@ -52,8 +53,11 @@ def as_tuple(history: list[Any]) -> Any:
     return tuple(history)  # not a list: the wrapper hands the whole list to the SDK
 
 
+@pytest.mark.parametrize("sdk_transform", [False, True])
 @pytest.mark.parametrize("extra_body", [None, {"metadata_x": 1}])
-def test_chat_bytes_match_the_sdk_path(extra_body: dict[str, Any] | None) -> None:
+def test_chat_bytes_match_the_sdk_path(
+    extra_body: dict[str, Any] | None, sdk_transform: bool
+) -> None:
     def send(client: Any, history: Any) -> None:
         kw = {} if extra_body is None else {"extra_body": extra_body}
         client.chat.completions.create(model="gpt-4o", messages=history, tools=CHAT_TOOLS, **kw)
@@ -61,7 +65,7 @@ def test_chat_bytes_match_the_sdk_path(extra_body: dict[str, Any] | None) -> Non
     fast, sdk = sent_bodies(
         send,
         [CHAT_HISTORY, as_tuple(CHAT_HISTORY)],
-        lambda rig: budgeted(rig.openai(), rig.controller),
+        lambda rig: budgeted(rig.openai(), rig.controller, sdk_transform=sdk_transform),
     )
     assert fast == sdk and b"Budget (v1)" in fast
     if extra_body is not None:
@@ -96,6 +100,34 @@ def test_anthropic_bytes_match_the_sdk_path(stream: bool) -> None:
         lambda rig: budgeted_anthropic(rig.anthropic(), rig.controller),
     )
     assert fast == sdk and b"Budget (v1)" in fast
+
+
+@pytest.mark.parametrize("sdk_transform", [False, True])
+def test_what_code_patching_the_sdk_sees(
+    monkeypatch: pytest.MonkeyPatch, sdk_transform: bool
+) -> None:
+    """Instrumentation that patches the SDK's ``create`` sees an empty history by default
+    (the SDK has nothing to transform; the history rides in ``extra_body``) and the
+    caller's own list with ``sdk_transform=True``. What is sent is the same either way."""
+    from openai.resources.chat.completions import Completions
+
+    seen: list[dict[str, Any]] = []
+    original = Completions.create
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Completions, "create", recording)
+    rig = make_rig()
+    client = budgeted(rig.openai(), rig.controller, sdk_transform=sdk_transform)
+    with rig.controller.episode():
+        client.chat.completions.create(model="gpt-4o", messages=CHAT_HISTORY)
+    (kwargs,) = seen
+    sent = rig.fake.requests[-1].json["messages"]
+    assert sent[:-1] == CHAT_HISTORY and sent[-1]["content"].startswith("Budget (v1)")
+    assert kwargs["messages"] == (CHAT_HISTORY if sdk_transform else [])
+    assert kwargs["extra_body"]["messages"] == sent
 
 
 def test_the_callers_extra_body_is_kept_next_to_the_notice() -> None:
