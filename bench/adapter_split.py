@@ -7,9 +7,12 @@ The wrapped client's inner SDK ``create`` is timestamped, so each wrapped call s
 into the bookkeeping before the request is sent (``pre``), the SDK's own call
 (``inner``), and the bookkeeping after the response (``post``). Wrapped and unwrapped
 calls alternate one by one against the same loopback fake server (in its own
-process), so both run with the caches as an agent loop leaves them. A second part
-times the SDK alone, plain against ``extra_body`` (how the wrapper sends the notice):
-what ``extra_body`` costs by itself, with the same messages, and with the notice.
+process), so both run with the caches as an agent loop leaves them; the split is done
+for the default wrapper (a plain-JSON history skips the SDK's request transform) and
+for ``sdk_transform=True`` (the SDK transforms the caller's list, as unwrapped). A
+second part times the SDK alone, plain against ``extra_body`` (how the wrapper sends
+the history): what ``extra_body`` costs by itself, with the same messages, with the
+notice, and with the SDK's own argument left empty (no transform), as the wrapper does.
 Reported: medians over all calls, in microseconds.
 """
 
@@ -34,7 +37,7 @@ def _us(xs: list[float]) -> float:
     return statistics.median(xs) * 1e6
 
 
-def split(base_url: str, calls: int) -> dict[str, float]:
+def split(base_url: str, calls: int, *, sdk_transform: bool) -> dict[str, float]:
     """Median pre / inner / post of a wrapped call, and the unwrapped call next to it."""
     pool = httpx.HTTPTransport()
 
@@ -47,7 +50,7 @@ def split(base_url: str, calls: int) -> dict[str, float]:
         )
 
     controller = BudgetController(Budget(turns=10 * calls + 100))
-    plain, wrapped = client(), budgeted(client(), controller)
+    plain, wrapped = client(), budgeted(client(), controller, sdk_transform=sdk_transform)
     inner = wrapped._raw_client.chat.completions  # the SDK endpoint the wrapper calls
     create = inner.create
     marks: list[float] = []
@@ -89,6 +92,9 @@ def extra_body_cost(base_url: str, calls: int) -> dict[str, float]:
         "extra_body, with the notice": lambda: sdk.create(
             model="gpt-4o", messages=MESSAGES, extra_body={"messages": [*MESSAGES, NOTICE]}
         ),
+        "extra_body only, with the notice (no transform)": lambda: sdk.create(
+            model="gpt-4o", messages=[], extra_body={"messages": [*MESSAGES, NOTICE]}
+        ),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(calls + 50):
@@ -105,14 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=1500, help="calls per variant")
     args = parser.parse_args(argv)
     with loopback_server("process") as url:
-        parts = split(url, args.calls)
+        default = split(url, args.calls, sdk_transform=False)
+        transform = split(url, args.calls, sdk_transform=True)
         sdk = extra_body_cost(url, args.calls)
     print(f"### A wrapped first-turn call, split in place (medians of {args.calls} calls)\n")
-    print("| part | us |\n|---|---:|")
+    print("| part (us) | default | sdk_transform=True |\n|---|---:|---:|")
     for name in ("pre", "inner", "post"):
-        print(f"| {name} | {parts[name]:.1f} |")
-    print(f"| unwrapped call, alternating | {parts['unwrapped']:.1f} |")
-    print(f"| inner - unwrapped | {parts['inner'] - parts['unwrapped']:+.1f} |")
+        print(f"| {name} | {default[name]:.1f} | {transform[name]:.1f} |")
+    print(
+        f"| unwrapped call, alternating | {default['unwrapped']:.1f}"
+        f" | {transform['unwrapped']:.1f} |"
+    )
+    print(
+        f"| inner - unwrapped | {default['inner'] - default['unwrapped']:+.1f}"
+        f" | {transform['inner'] - transform['unwrapped']:+.1f} |"
+    )
     print("\n### The SDK alone: what extra_body costs\n")
     print("| request | us | vs plain |\n|---|---:|---:|")
     for name, us in sdk.items():
