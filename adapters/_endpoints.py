@@ -188,8 +188,8 @@ class AsyncEndpoint(Endpoint):
 
 
 class ClientWrapper:
-    """A provider client whose model endpoints subclasses budget; every other attribute
-    is the client's own."""
+    """A provider client whose model endpoints subclasses budget (they attach them in
+    :meth:`_attach_endpoints`); every other attribute is the client's own."""
 
     def __init__(
         self,
@@ -207,6 +207,10 @@ class ClientWrapper:
         self._sleep = sleep
         # our RetryPolicy governs; SDK retries would hide failures and double the waiting
         self._raw_client = client.with_options(max_retries=0)
+        self._attach_endpoints(client, self._raw_client)
+
+    def _attach_endpoints(self, client: Any, raw: Any) -> None:
+        """Set the budgeted endpoints over ``client`` (``raw``: its copy without retries)."""
 
     @property
     def unwrapped(self) -> Any:

@@ -155,17 +155,7 @@ class _AsyncStreamManager:
 class _Wrapper(ClientWrapper):
     _messages_cls: type[Endpoint] = Endpoint
 
-    def __init__(
-        self,
-        client: Any,
-        target: Target,
-        *,
-        pricing: Pricing | None,
-        sleep: Any,
-        sdk_transform: bool = False,
-    ) -> None:
-        super().__init__(client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform)
-        raw = self._raw_client
+    def _attach_endpoints(self, client: Any, raw: Any) -> None:
         self.messages = self._messages_cls(self, "anthropic", client.messages, raw.messages)
 
 

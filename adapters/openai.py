@@ -104,17 +104,8 @@ class _Namespace:
 class _Wrapper(ClientWrapper):
     _endpoint_cls: type[Endpoint] = Endpoint
 
-    def __init__(
-        self,
-        client: Any,
-        target: Target,
-        *,
-        pricing: Pricing | None,
-        sleep: Any,
-        sdk_transform: bool = False,
-    ) -> None:
-        super().__init__(client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform)
-        raw, ep_cls = self._raw_client, self._endpoint_cls
+    def _attach_endpoints(self, client: Any, raw: Any) -> None:
+        ep_cls = self._endpoint_cls
         self.chat = _Namespace(
             client.chat,
             completions=ep_cls(self, "chat", client.chat.completions, raw.chat.completions),
