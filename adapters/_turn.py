@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from budgetmix.episode import Episode
     from budgetmix.steps import Turn
 
-__all__ = ["TurnRequest"]
+__all__ = ["TurnRequest", "plain_json", "send_as_is"]
 
 
 def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
@@ -73,7 +73,7 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 _SCALARS = (str, int, float, bool)
 
 
-def _plain_json(messages: list[Any]) -> bool:
+def plain_json(messages: list[Any]) -> bool:
     """True when ``messages`` is made only of dicts with str keys, lists and JSON scalars.
 
     It runs over the whole history every turn, so the common message (a dict of
@@ -110,6 +110,19 @@ def _plain_json_walk(pending: list[Any]) -> bool:
             pending.extend(item)
         elif kind not in _LEAVES and not isinstance(item, _SCALARS):
             return False  # (str and int subclasses, such as enums, are JSON)
+    return True
+
+
+def send_as_is(kwargs: dict[str, Any], key: str, *, sdk_sees: list[Any]) -> bool:
+    """Send ``kwargs[key]`` (plain JSON, for which the SDK's request transform is the
+    identity) through ``extra_body``, documented to replace top-level keys of the JSON
+    body, and give the SDK's own argument ``sdk_sees`` instead. ``False`` (nothing
+    changed) when the caller's ``extra_body`` already sets ``key`` or is not a dict."""
+    extra = kwargs.get("extra_body")
+    if extra is not None and (not isinstance(extra, dict) or key in extra):
+        return False
+    kwargs["extra_body"] = {**(extra or {}), key: kwargs[key]}
+    kwargs[key] = sdk_sees
     return True
 
 
@@ -193,14 +206,9 @@ class TurnRequest:
         """
         key = "input" if self.kind == "responses" else "messages"
         kwargs = {**self.body, **overrides}
-        original, extra = self._original.get(key), self._original.get("extra_body")
-        if (
-            isinstance(original, list)
-            and (extra is None or (isinstance(extra, dict) and key not in extra))
-            and _plain_json(original)
-        ):
-            kwargs["extra_body"] = {**(extra or {}), key: kwargs[key]}
-            kwargs[key] = original if self._sdk_transform else []
+        original = self._original.get(key)
+        if isinstance(original, list) and plain_json(original):
+            send_as_is(kwargs, key, sdk_sees=original if self._sdk_transform else [])
         return kwargs
 
     def accumulator(self) -> Accumulator:

@@ -60,6 +60,7 @@ from budgetmix.adapters._endpoints import (
     Target,
     resolve_episode,
 )
+from budgetmix.adapters._turn import plain_json, send_as_is
 from budgetmix.adapters._wire import field, neutral_usage
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.pricing import Pricing
@@ -263,12 +264,17 @@ class OpenAIChatModel:
     The loop charges turns and retries; this only translates. SDK errors propagate so
     the loop's retry policy can classify them (the SDK's own retries are off).
     ``tool_choice="none"`` keeps the tools in the request (prompt cache) for the grace turn.
+    The messages (plain JSON, built here) go through ``extra_body`` without the SDK's
+    per-message request transform, as with :func:`budgeted`: the same bytes, less client
+    time.
 
     Args:
         client: an ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (not a budgeted wrapper).
         model: the model name.
         provider_name: ``gen_ai.provider.name`` (``openai``; say ``vllm`` etc. for others).
         request_options: extra ``create`` arguments (``temperature``, ``max_tokens``...).
+        sdk_transform: hand the SDK the messages to transform, for code that patches its
+            ``create`` and reads them (see :func:`budgeted`).
     """
 
     def __init__(
@@ -278,12 +284,14 @@ class OpenAIChatModel:
         *,
         provider_name: str = "openai",
         request_options: dict[str, Any] | None = None,
+        sdk_transform: bool = False,
     ) -> None:
         _require_openai()
         self._client = client.with_options(max_retries=0)
         self.model_name = model
         self.provider_name = provider_name
         self.request_options = dict(request_options or {})
+        self.sdk_transform = sdk_transform
 
     def request_body(
         self,
@@ -316,6 +324,7 @@ class OpenAIChatModel:
     ) -> ModelResponse:
         """One Chat Completions call."""
         body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
+        body = self._sent(body)
         return chat_response(self._client.chat.completions.create(**body))
 
     async def acomplete(
@@ -328,4 +337,12 @@ class OpenAIChatModel:
     ) -> ModelResponse:
         """One async Chat Completions call (needs an ``AsyncOpenAI`` client)."""
         body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
+        body = self._sent(body)
         return chat_response(await self._client.chat.completions.create(**body))
+
+    def _sent(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as handed to the SDK: plain-JSON messages ride in ``extra_body``."""
+        messages = body["messages"]
+        if not self.sdk_transform and plain_json(messages):
+            send_as_is(body, "messages", sdk_sees=[])
+        return body

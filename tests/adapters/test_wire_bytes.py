@@ -198,3 +198,41 @@ def test_messages_that_are_not_dicts_take_the_sdks_own_path() -> None:
         send, [history, as_tuple(history)], lambda rig: budgeted(rig.openai(), rig.controller)
     )
     assert ours == sdk and b"Budget (v1)" in ours and b"what is 1+2?" in ours
+
+
+def test_the_loops_openai_model_sends_the_same_bytes_without_the_transform(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``OpenAIChatModel`` (the built-in loop's) builds plain-JSON messages, so they skip
+    the SDK's transform the same way; ``sdk_transform=True`` hands them to the SDK."""
+    from budgetmix.adapters.base import ChatMessage, ToolCallRequest, ToolSpec
+    from budgetmix.adapters.openai import OpenAIChatModel
+    from openai.resources.chat.completions import Completions
+
+    seen: list[Any] = []
+    original = Completions.create
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["messages"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Completions, "create", recording)
+    history = [
+        ChatMessage(role="system", content="Be brief. ü"),
+        ChatMessage(role="user", content="what is 1+2?"),
+        ChatMessage(
+            role="assistant", tool_calls=(ToolCallRequest(id="c1", name="add", arguments="{}"),)
+        ),
+        ChatMessage(role="tool", content="3", tool_call_id="c1"),
+    ]
+    tool = ToolSpec(name="add", description="Add.", parameters={"type": "object"})
+    bodies = []
+    for sdk_transform in (False, True):
+        rig = make_rig()
+        model = OpenAIChatModel(
+            rig.openai(), "gpt-4o", request_options={"temperature": 0}, sdk_transform=sdk_transform
+        )
+        model.complete(history, [tool], notice="NOTICE")
+        bodies.append(rig.fake.requests[-1].body)
+    assert bodies[0] == bodies[1] and b'"content":"NOTICE"' in bodies[0]
+    assert seen[0] == [] and len(seen[1]) == 5
