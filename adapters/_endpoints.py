@@ -24,7 +24,7 @@ from budgetmix.adapters._openai_helpers import (
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import WireKind, as_format_error, parser
+from budgetmix.adapters._wire import WireKind, as_format_error, parse_response
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController, current_episode
 from budgetmix.episode import Episode
@@ -62,7 +62,6 @@ class Endpoint:
 
     def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
-        self._parse = parser(kind)
 
     def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
         ep = resolve_episode(self._owner._target)
@@ -85,7 +84,7 @@ class Endpoint:
     def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
         if req.stream:
             return AsyncRecordingStream(result, req) if is_async else RecordingStream(result, req)
-        req.finish(self._parse(result))
+        req.finish(parse_response(self._kind, result))
         return result
 
     def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:

@@ -205,8 +205,8 @@ def parse_chat(obj: Any) -> ParsedResponse:
     get = reader(obj)
     out = ParsedResponse(model=_str(get(obj, "model", None)))
     read_openai_usage(out, get(obj, "usage", None))
-    choices = get(obj, "choices", None)
-    if not choices or not isinstance(choices, SEQUENCES):
+    choices = _seq(get(obj, "choices", None))
+    if not choices:
         out.empty = True
         return out
     for choice in choices:
@@ -219,8 +219,7 @@ def parse_chat(obj: Any) -> ParsedResponse:
         content = get(message, "content", None)
         if isinstance(content, str):
             out.text += content
-        calls = get(message, "tool_calls", None)
-        for tc in calls if calls and isinstance(calls, SEQUENCES) else ():
+        for tc in _seq(get(message, "tool_calls", None)):
             fn = field(tc, "function")
             out.tool_calls.append(
                 WireToolCall(
@@ -287,11 +286,6 @@ _PARSERS = {"chat": parse_chat, "responses": parse_responses, "anthropic": parse
 def parse_response(kind: WireKind, obj: Any) -> ParsedResponse:
     """Parse a whole (non-streamed) response of ``kind``."""
     return _PARSERS[kind](obj)
-
-
-def parser(kind: WireKind) -> Callable[[Any], ParsedResponse]:
-    """The parser of whole responses of ``kind`` (for callers that parse many)."""
-    return _PARSERS[kind]
 
 
 # -- streams ---------------------------------------------------------------------------

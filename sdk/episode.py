@@ -232,7 +232,6 @@ class Episode:
             notice = render_notice(state, c.notice.format)
         number = state.turn_number + (1 if grace else 0)
         span = self._no_op_child()
-        recording = span is None
         if span is None:
             span = start_turn_span(
                 c.tracer,
@@ -242,7 +241,7 @@ class Episode:
                 provider=c.provider_name,
                 conversation_id=self.conversation_id,
             )
-        turn = Turn(self, number, model, notice, span, grace=grace, recording=recording)
+        turn = Turn(self, number, model, notice, span, grace=grace)
         if turn._recording:
             span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
             if grace:
@@ -250,8 +249,7 @@ class Episode:
         self._turn = turn
         if not grace:
             self._maybe_warn(state)
-            if c.hooks:
-                call_hooks(c.hooks, "on_turn", self, number)
+            call_hooks(c.hooks, "on_turn", self, number)
         return turn
 
     def _no_op_child(self, parent: trace.Span | None = None) -> trace.Span | None:

@@ -136,7 +136,7 @@ class Ledger:
     def state(self, *, in_turn: bool = False) -> LedgerState:
         """Snapshot of this ledger (wall time read now)."""
         used = self._used.copy()
-        used["wall_seconds"] = self._clock() - self._started
+        used["wall_seconds"] = self.elapsed()
         return LedgerState(self._limits.copy(), used, in_turn)
 
     def used(self, dimension: str) -> float:
@@ -152,10 +152,10 @@ class Ledger:
     def blocking_dimension(self) -> str | None:
         """The first dimension (here or in an ancestor) that forbids another turn."""
         with self._lock:
-            return self._blocking(1)
+            return self._blocking(turns_needed=1)
 
     # -- charging --------------------------------------------------------------
-    def _blocking(self, turns_needed: int) -> str | None:
+    def _blocking(self, *, turns_needed: int) -> str | None:
         for node in self._chain:
             lim, used = node._limits, node._used
             t = lim["turns"]
@@ -173,7 +173,7 @@ class Ledger:
     def try_charge_turn(self, turns: int = 1) -> str | None:
         """Charge ``turns`` turns here and in every ancestor, or refuse all of it."""
         with self._lock:
-            blocked = self._blocking(turns)
+            blocked = self._blocking(turns_needed=turns)
             if blocked is None:
                 for node in self._chain:
                     node._used["turns"] += turns

@@ -64,7 +64,6 @@ class Turn:
         span: Span,
         *,
         grace: bool = False,
-        recording: bool = True,
     ) -> None:
         self.episode = episode
         self.number = number
@@ -72,8 +71,7 @@ class Turn:
         self.notice = notice
         self.grace = grace
         self._span = span
-        # asked once: False for every no-op span (the episode says so without asking)
-        self._recording = recording and span.is_recording()
+        self._recording = span.is_recording()  # asked once: False for every no-op span
         self._ended = False
         # whether this turn holds a charge in the ledger (grace turns never do; a
         # request that failed after retries gives its charge back)
