@@ -24,7 +24,7 @@ client's own.
 A plain-JSON history (dicts, lists, strings, numbers: what most loops keep) is sent
 through ``extra_body`` without the SDK's per-message request transform, which is the
 identity for such data: the bytes are those the SDK would send. (``anthropic`` 2.14
-does that transform cheaply; ``openai`` 3.57 spends about 0.15 ms per message on it.) Code that
+does that transform cheaply; ``openai`` 3.57 spends 0.1–0.2 ms per message on it.) Code that
 patches the SDK's ``create`` (third-party instrumentation) then sees an empty history;
 pass ``sdk_transform=True`` when it must see yours.
 

@@ -20,7 +20,7 @@ every other attribute is the client's own.
 
 A plain-JSON history (dicts, lists, strings, numbers: what most loops keep) is sent
 through ``extra_body`` without the SDK's per-message request transform, which is the
-identity for such data and costs about 0.15 ms per message: the bytes are those the SDK
+identity for such data and costs 0.1–0.2 ms per message: the bytes are those the SDK
 would send, and a wrapped call takes less client time than an unwrapped one. Code that
 patches the SDK's ``create`` (third-party instrumentation) then sees an empty history;
 pass ``sdk_transform=True`` when it must see yours.
@@ -164,7 +164,7 @@ def budgeted(
         sdk_transform: hand the SDK your messages to transform, as an unwrapped call
             does. By default a plain-JSON history (dicts, lists, strings, numbers) is
             sent as is, byte for byte what that transform would produce, without its
-            cost (about 0.15 ms per message). Set it when code that patches the SDK's
+            cost (0.1–0.2 ms per message). Set it when code that patches the SDK's
             ``create`` (third-party instrumentation) must see the messages.
 
     Raises:
