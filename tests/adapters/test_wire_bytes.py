@@ -236,3 +236,24 @@ def test_the_loops_openai_model_sends_the_same_bytes_without_the_transform(
         bodies.append(rig.fake.requests[-1].body)
     assert bodies[0] == bodies[1] and b'"content":"NOTICE"' in bodies[0]
     assert seen[0] == [] and len(seen[1]) == 5
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("sdk_transform", [False, True])
+async def test_async_chat_bytes_match_the_sdk_path(stream: bool, sdk_transform: bool) -> None:
+    """The async client, whole and streamed (``stream_options`` added), sends the same
+    bytes whether the history skips the SDK's transform or takes it."""
+    bodies = []
+    for history in (CHAT_HISTORY, as_tuple(CHAT_HISTORY)):
+        rig = make_rig()
+        client = budgeted(rig.openai(is_async=True), rig.controller, sdk_transform=sdk_transform)
+        async with rig.controller.episode():
+            reply = await client.chat.completions.create(
+                model="gpt-4o", messages=history, tools=CHAT_TOOLS, stream=stream
+            )
+            if stream:
+                async for _ in reply:
+                    pass
+        bodies.append(rig.fake.requests[-1].body)
+    assert bodies[0] == bodies[1] and b"Budget (v1)" in bodies[0]
+    assert (b'"include_usage":true' in bodies[0]) == stream
