@@ -219,6 +219,7 @@ class _Run:
             sft_steps=0,
             steps=cfg.rl_steps,
             lr=cfg.lr,
+            kl_coef=cfg.kl_coef,
             groups_per_step=cfg.groups_per_step,
             group_size=cfg.group_size,
         )

@@ -48,7 +48,10 @@ class ExperimentConfig:
     (``sft_error_rate``) budget-blind demonstrator (the stationary oracle policy for
     discount ``demo_gamma``). RL: ``rl_steps`` GRPO steps of
     ``groups_per_step`` x ``group_size`` rollouts per arm in ``methods`` and seed,
-    so every arm gets the same number of rollouts and updates. Evaluation: a
+    so every arm gets the same number of rollouts and updates, at learning rate ``lr``
+    with a KL anchor to the base of weight ``kl_coef`` (0: none, as in the presets'
+    published runs; 0.05 kept the runs that collapsed in the ``full`` preset training,
+    see docs/experiment.md). Evaluation: a
     Pass@(K,T) grid at ``eval_fractions`` of the ceiling (values above 1 are
     extrapolation), ``eval_episodes`` episodes per cell; diagnostics on
     ``diag_episodes`` episodes. ``base_model``: a saved base model directory to
@@ -74,6 +77,7 @@ class ExperimentConfig:
     groups_per_step: int = 4
     group_size: int = 8
     lr: float = 5e-4
+    kl_coef: float = 0.0
     eval_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.5)
     eval_episodes: int = 64
     pass_ks: tuple[int, ...] = (1, 2, 4)
@@ -102,6 +106,9 @@ class ExperimentConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"ExperimentConfig.{name} must be a number > 0, got {value!r}")
+        kl = self.kl_coef
+        if isinstance(kl, bool) or not isinstance(kl, int | float) or not 0 <= kl < math.inf:
+            raise ConfigError(f"ExperimentConfig.kl_coef must be a number >= 0, got {kl!r}")
         for name in ("desc", "methods", "budget_fractions", "eval_fractions", "pass_ks"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):

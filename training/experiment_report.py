@@ -65,6 +65,7 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
         f"{cfg['sft_steps']} SFT steps on a budget-blind demonstrator erring "
         f"{cfg['sft_error_rate']:.0%} of the time. RL: {cfg['rl_steps']} GRPO steps x "
         f"{cfg['groups_per_step']} groups x {cfg['group_size']} rollouts per arm and seed, "
+        f"lr {cfg['lr']:g}, KL anchor {cfg.get('kl_coef', 0.0):g}, "
         f"{cfg['seeds']} seed(s). Eval: {cfg['eval_episodes']} episodes per cell and seed.",
         "",
         "## Exact oracle (best achievable success, %)",

@@ -39,12 +39,20 @@ def test_presets_build_and_bad_configs_name_the_field() -> None:
         ExperimentConfig(eval_episodes=4, pass_ks=(1, 8))
     with pytest.raises(ConfigError, match="unknown"):
         ExperimentConfig().with_overrides(colour="red")
+    for bad in (-0.1, float("nan"), float("inf"), True):
+        with pytest.raises(ConfigError, match="kl_coef"):
+            ExperimentConfig(kl_coef=bad)
+
+
+def test_presets_train_without_a_kl_anchor_as_published() -> None:
+    assert {experiment_preset(name).kl_coef for name in EXPERIMENT_PRESETS} == {0.0}
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> ExperimentReport:
     out = tmp_path_factory.mktemp("experiment")
-    return run_experiment(experiment_preset("ci"), out, progress=False)
+    # with a KL anchor, so its path is exercised end to end (the presets train without)
+    return run_experiment(experiment_preset("ci", kl_coef=0.05), out, progress=False)
 
 
 def test_ci_preset_writes_the_report_files(report: ExperimentReport) -> None:
@@ -91,6 +99,11 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     assert rollouts == {cfg.rl_steps * cfg.groups_per_step * cfg.group_size}
     assert (report.best_checkpoint / "model.safetensors").is_file()
     assert (report.best_checkpoint / "tokenizer.json").is_file()
+    # the RL arms trained against a frozen reference (kl_coef > 0); the SFT base did not
+    runs = report.out_dir / "runs"
+    arms = [d for d in runs.iterdir() if d.name != "base"]
+    assert arms and all((d / "reference.safetensors").is_file() for d in arms)
+    assert not (runs / "base" / "reference.safetensors").exists()
 
 
 def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_replay(
