@@ -24,9 +24,9 @@ client's own.
 A plain-JSON history (dicts, lists, strings, numbers: what most loops keep) is sent
 through ``extra_body`` without the SDK's per-message request transform, which is the
 identity for such data: the bytes are those the SDK would send. (``anthropic`` 2.14
-does that transform cheaply; ``openai`` 3.57 spends 0.1–0.2 ms per message on it.) Code that
-patches the SDK's ``create`` (third-party instrumentation) then sees an empty history;
-pass ``sdk_transform=True`` when it must see yours.
+does that transform cheaply; ``openai`` 3.57 spends 0.1–0.2 ms per message on it.)
+Code that patches the SDK's ``create`` (third-party instrumentation) then sees an empty
+history; pass ``sdk_transform=True`` when it must see yours.
 
 :class:`AnthropicChatModel` is the :class:`~budgetmix.adapters.base.ChatModel`
 for :func:`budgetmix.adapters.run_agent`.
@@ -209,8 +209,8 @@ def budgeted(
         sdk_transform: hand the SDK your messages to transform, as an unwrapped call
             does. By default a plain-JSON history (dicts, lists, strings, numbers) is
             sent as is, byte for byte what that transform would produce, without its
-            cost. Set it when code that patches the SDK's
-            ``create`` (third-party instrumentation) must see the messages.
+            cost. Set it when code that patches the SDK's ``create`` (third-party
+            instrumentation) must see the messages.
 
     Raises:
         MissingExtraError: ``anthropic`` is not installed.

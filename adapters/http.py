@@ -279,11 +279,10 @@ def _tap_streams(lib: ModuleType) -> tuple[type[Any], type[Any]]:
 class _Plan:
     """A budgeted request ready to forward."""
 
-    __slots__ = ("kind", "lib", "outgoing", "req", "stream")
+    __slots__ = ("kind", "lib", "outgoing", "req")
 
     def __init__(self, lib: ModuleType, kind: WireKind, req: TurnRequest, outgoing: Any) -> None:
         self.lib, self.kind, self.req, self.outgoing = lib, kind, req, outgoing
-        self.stream = req.stream
 
 
 class _TransportCore:
@@ -418,7 +417,7 @@ class _TransportCore:
 
     def is_sse(self, plan: _Plan, response: Any) -> bool:
         ctype = str(response.headers.get("content-type", ""))
-        return plan.stream or ctype.startswith("text/event-stream")
+        return plan.req.stream or ctype.startswith("text/event-stream")
 
     def tapped(self, plan: _Plan, response: Any, *, is_async: bool) -> Any:
         sync_tap, async_tap = _tap_streams(plan.lib)

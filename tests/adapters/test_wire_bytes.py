@@ -49,6 +49,23 @@ def sent_bodies(send: Any, histories: list[Any], make: Any) -> list[bytes]:
     return bodies
 
 
+@pytest.fixture
+def create_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments each call of the OpenAI SDK's ``chat.completions.create``
+    gets, seen the way instrumentation that patches it sees them."""
+    from openai.resources.chat.completions import Completions
+
+    calls: list[dict[str, Any]] = []
+    original = Completions.create
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Completions, "create", recording)
+    return calls
+
+
 def as_tuple(history: list[Any]) -> Any:
     return tuple(history)  # not a list: the wrapper hands the whole list to the SDK
 
@@ -104,26 +121,16 @@ def test_anthropic_bytes_match_the_sdk_path(stream: bool) -> None:
 
 @pytest.mark.parametrize("sdk_transform", [False, True])
 def test_what_code_patching_the_sdk_sees(
-    monkeypatch: pytest.MonkeyPatch, sdk_transform: bool
+    create_calls: list[dict[str, Any]], sdk_transform: bool
 ) -> None:
     """Instrumentation that patches the SDK's ``create`` sees an empty history by default
     (the SDK has nothing to transform; the history rides in ``extra_body``) and the
     caller's own list with ``sdk_transform=True``. What is sent is the same either way."""
-    from openai.resources.chat.completions import Completions
-
-    seen: list[dict[str, Any]] = []
-    original = Completions.create
-
-    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Completions, "create", recording)
     rig = make_rig()
     client = budgeted(rig.openai(), rig.controller, sdk_transform=sdk_transform)
     with rig.controller.episode():
         client.chat.completions.create(model="gpt-4o", messages=CHAT_HISTORY)
-    (kwargs,) = seen
+    (kwargs,) = create_calls
     sent = rig.fake.requests[-1].json["messages"]
     assert sent[:-1] == CHAT_HISTORY and sent[-1]["content"].startswith("Budget (v1)")
     assert kwargs["messages"] == (CHAT_HISTORY if sdk_transform else [])
@@ -201,22 +208,13 @@ def test_messages_that_are_not_dicts_take_the_sdks_own_path() -> None:
 
 
 def test_the_loops_openai_model_sends_the_same_bytes_without_the_transform(
-    monkeypatch: pytest.MonkeyPatch,
+    create_calls: list[dict[str, Any]],
 ) -> None:
     """``OpenAIChatModel`` (the built-in loop's) builds plain-JSON messages, so they skip
     the SDK's transform the same way; ``sdk_transform=True`` hands them to the SDK."""
     from budgetmix.adapters.base import ChatMessage, ToolCallRequest, ToolSpec
     from budgetmix.adapters.openai import OpenAIChatModel
-    from openai.resources.chat.completions import Completions
 
-    seen: list[Any] = []
-    original = Completions.create
-
-    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs["messages"])
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Completions, "create", recording)
     history = [
         ChatMessage(role="system", content="Be brief. ü"),
         ChatMessage(role="user", content="what is 1+2?"),
@@ -235,6 +233,7 @@ def test_the_loops_openai_model_sends_the_same_bytes_without_the_transform(
         model.complete(history, [tool], notice="NOTICE")
         bodies.append(rig.fake.requests[-1].body)
     assert bodies[0] == bodies[1] and b'"content":"NOTICE"' in bodies[0]
+    seen = [call["messages"] for call in create_calls]
     assert seen[0] == [] and len(seen[1]) == 5
 
 
