@@ -7,6 +7,8 @@
      ├── MissingExtraError (also ImportError) an optional extra is not installed
      ├── BudgetExhausted                      a limit refused a turn or tool batch
      ├── EarlyStopped                         an early-stop policy ended the episode
+     ├── CheckpointError                      a checkpoint or model directory is damaged,
+     │                                        incomplete, or missing where one is required
      └── ProviderError                        a provider call failed after retries
           └── ResponseFormatError             a provider answered with an unusable body
 
@@ -16,12 +18,15 @@ never lose what the episode did before it stopped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "BudgetExhausted",
     "BudgetmixError",
+    "CheckpointError",
     "ConfigError",
     "EarlyStopped",
     "MissingExtraError",
@@ -86,6 +91,25 @@ class EarlyStopped(BudgetmixError):
         super().__init__(f"episode stopped early: {reason}")
         self.reason = reason
         self.episode_id = episode_id
+
+
+class CheckpointError(BudgetmixError):
+    """A saved directory cannot be trusted or used; the message names the file.
+
+    Raised when a file listed in a checkpoint's ``manifest.json`` is missing,
+    has the wrong size or a different checksum, when a checkpoint file cannot
+    be parsed, or when ``resume`` finds nothing to resume.
+
+    Attributes:
+        path: the damaged file (or the directory, when the whole directory is at fault).
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike[str]) -> None:
+        super().__init__(message)
+        self.path = Path(path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), str(self.path)))
 
 
 class ProviderError(BudgetmixError):
