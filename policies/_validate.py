@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from budgetmix.budget import MAX_COUNT, shown
 from budgetmix.exceptions import ConfigError
 
 __all__: list[str] = []
@@ -14,11 +14,14 @@ R = TypeVar("R")
 
 
 def positive_int(field: str, value: Any) -> int:
-    """``value`` as an int >= 1 (bools are rejected: ``True`` is not a count)."""
+    """``value`` as an int in ``[1, MAX_COUNT]`` (2**53; bools are rejected: ``True`` is
+    not a count, and a larger count could never be granted or charged)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{field} must be an integer, got {type(value).__name__}")
     if value < 1:
-        raise ConfigError(f"{field} must be >= 1, got {value!r}")
+        raise ConfigError(f"{field} must be >= 1, got {shown(value)}")
+    if value > MAX_COUNT:
+        raise ConfigError(f"{field} must be at most {MAX_COUNT}, got {shown(value)}")
     return value
 
 
@@ -26,8 +29,9 @@ def unit_fraction(field: str, value: Any) -> float:
     """``value`` as a float in (0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{field} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or not 0.0 < value <= 1.0:
-        raise ConfigError(f"{field} must lie in (0, 1], got {value!r}")
+    # compared as is: math.isfinite() of a huge int overflows; NaN fails both tests
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"{field} must lie in (0, 1], got {shown(value)}")
     return float(value)
 
 

@@ -16,20 +16,72 @@ a failed tool call                         1 tool call
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from budgetmix.exceptions import ConfigError
 
-__all__ = ["DEFAULT_ACCOUNTING", "AccountingPolicy"]
+__all__ = ["DEFAULT_ACCOUNTING", "AccountingPolicy", "check_call_ids", "check_tool_names"]
 
 TurnUnit = Literal["response", "tool_call"]
+_FLAGS = ("count_retries", "count_failed_requests", "count_failed_tool_calls")
+
+
+def check_tool_names(field: str, names: Any) -> Sequence[str]:
+    """``names`` if it is a sequence of tool names (a bare string is not: it would be
+    read as one call per character).
+
+    Raises:
+        ConfigError: not a list or tuple of strings; the message names ``field``.
+    """
+    if isinstance(names, str | bytes) or not isinstance(names, Sequence):
+        raise ConfigError(f"{field} must be a list of tool names, got {type(names).__name__}")
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise ConfigError(f"{field}[{i}] must be a str, got {type(name).__name__}")
+    return names
+
+
+def check_call_ids(names: Sequence[str], call_ids: Any) -> Sequence[str | None]:
+    """One call id (a str, or ``None``) per tool name; all ``None`` when not given.
+
+    Raises:
+        ConfigError: ``call_ids`` is not a list of that length of strings or ``None``.
+    """
+    if call_ids is None:
+        return [None] * len(names)
+    if isinstance(call_ids, str | bytes) or not isinstance(call_ids, Sequence):
+        raise ConfigError(f"call_ids must be a list, got {type(call_ids).__name__}")
+    if len(call_ids) != len(names):
+        raise ConfigError("call_ids must have one entry per tool name")
+    for i, cid in enumerate(call_ids):
+        if cid is not None and not isinstance(cid, str):
+            raise ConfigError(f"call_ids[{i}] must be a str or None, got {type(cid).__name__}")
+    return call_ids
+
+
+def _tool_set(tools: Any) -> frozenset[str]:
+    field = "AccountingPolicy.refunded_tools"
+    if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        raise ConfigError(f"{field} must be a set of tool names, got {type(tools).__name__}")
+    try:
+        names = tools if isinstance(tools, frozenset) else frozenset(tools)
+    except TypeError:  # an unhashable member
+        raise ConfigError(f"{field} must hold tool names (str)") from None
+    if not all(isinstance(t, str) for t in names):
+        raise ConfigError(f"{field} must hold tool names (str)")
+    return names
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AccountingPolicy:
     """How model responses, tool calls, retries and failures are charged.
+
+    Raises:
+        ConfigError: a field of the wrong type or value (the flags must be bools,
+            ``refunded_tools`` a collection of names but not a bare string); the message
+            names the field.
 
     Attributes:
         name: label exported on traces (``budgetmix.accounting.policy``).
@@ -50,13 +102,21 @@ class AccountingPolicy:
     refunded_tools: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ConfigError(
+                f"AccountingPolicy.name must be a str, got {type(self.name).__name__}"
+            )
+        for flag in _FLAGS:
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(
+                    f"AccountingPolicy.{flag} must be true or false, got {getattr(self, flag)!r}"
+                )
         if self.turn_unit not in ("response", "tool_call"):
             raise ConfigError(
                 f"AccountingPolicy.turn_unit must be 'response' or 'tool_call', "
                 f"got {self.turn_unit!r}"
             )
-        if not isinstance(self.refunded_tools, frozenset):
-            object.__setattr__(self, "refunded_tools", frozenset(self.refunded_tools))
+        object.__setattr__(self, "refunded_tools", _tool_set(self.refunded_tools))
 
     def tool_calls_for_batch(self, names: Sequence[str]) -> int:
         """Tool calls a batch costs (refunded tools are free)."""

@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 from budgetmix import semconv as sc
 from budgetmix._version import __version__
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
-from budgetmix.budget import Budget
+from budgetmix.budget import Budget, shown
 from budgetmix.episode import Episode
 from budgetmix.exceptions import ConfigError
 from budgetmix.hooks import Hooks
@@ -61,6 +61,43 @@ _CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
 def current_episode() -> Episode | None:
     """The innermost episode entered in this thread or task, if any."""
     return _CURRENT.get()
+
+
+def _check_arguments(
+    *,
+    budget: Any,
+    name: Any,
+    accounting: Any,
+    exhaustion: Any,
+    retry: Any,
+    capture_content: Any,
+    warn_fraction: Any,
+    provider_name: Any,
+    callables: dict[str, Any],
+) -> None:
+    """The controller's argument checks; each error names its argument."""
+    for field, value, kind, wanted in (
+        ("budget", budget, Budget, "a Budget"),
+        ("accounting", accounting, AccountingPolicy, "an AccountingPolicy"),
+        ("retry", retry, RetryPolicy | None, "a RetryPolicy or None"),
+        ("name", name, str, "a str"),
+        ("provider_name", provider_name, str | None, "a str or None"),
+        ("capture_content", capture_content, bool, "true or false"),
+    ):
+        if not isinstance(value, kind):
+            raise ConfigError(f"{field} must be {wanted}, got {type(value).__name__}")
+    if not isinstance(exhaustion, str) or exhaustion not in ("end", "raise", "grace"):
+        raise ConfigError(f"exhaustion must be 'end', 'raise' or 'grace', got {exhaustion!r}")
+    # not (0 <= x < 1) also refuses NaN; a bool is not a fraction
+    if (
+        isinstance(warn_fraction, bool)
+        or not isinstance(warn_fraction, int | float)
+        or not 0.0 <= warn_fraction < 1.0
+    ):
+        raise ConfigError(f"warn_fraction must lie in [0, 1), got {shown(warn_fraction)}")
+    for field, fn in callables.items():
+        if not callable(fn):
+            raise ConfigError(f"{field} must be callable, got {type(fn).__name__}")
 
 
 class BudgetController:
@@ -105,12 +142,23 @@ class BudgetController:
         meter_provider: metrics.MeterProvider | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
-        if not isinstance(budget, Budget):
-            raise ConfigError(f"budget must be a Budget, got {type(budget).__name__}")
-        if exhaustion not in ("end", "raise", "grace"):
-            raise ConfigError(f"exhaustion must be 'end', 'raise' or 'grace', got {exhaustion!r}")
-        if not 0.0 <= warn_fraction < 1.0:
-            raise ConfigError(f"warn_fraction must lie in [0, 1), got {warn_fraction!r}")
+        _check_arguments(
+            budget=budget,
+            name=name,
+            accounting=accounting,
+            exhaustion=exhaustion,
+            retry=retry,
+            capture_content=capture_content,
+            warn_fraction=warn_fraction,
+            provider_name=provider_name,
+            callables={"classifier": classifier, "clock": clock},
+        )
+        try:
+            self.hooks: tuple[Hooks, ...] = tuple(hooks)
+        except TypeError:
+            raise ConfigError(
+                f"hooks must be a list of Hooks, got {type(hooks).__name__}"
+            ) from None
         self.budget = budget
         self.name = name
         self.accounting = accounting
@@ -118,7 +166,6 @@ class BudgetController:
         self.exhaustion: ExhaustionMode = exhaustion
         self.extension = extension
         self.early_stop = early_stop
-        self.hooks: tuple[Hooks, ...] = tuple(hooks)
         self.retry = retry if retry is not None else RetryPolicy()
         self.classifier = classifier
         self.capture_content = capture_content
@@ -149,7 +196,23 @@ class BudgetController:
         ``parent`` makes it a sub-agent episode that also draws from the parent's ledger.
         ``conversation_id`` (your chat session's id) goes on its spans as
         ``gen_ai.conversation.id``, so traces join the conversation they served.
+
+        Raises:
+            ConfigError: an argument of the wrong type; the message names it.
         """
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError(f"budget must be a Budget, got {type(budget).__name__}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ConfigError(f"metadata must be a dict, got {type(metadata).__name__}")
+        if parent is not None and not isinstance(parent, Episode):
+            raise ConfigError(f"parent must be an Episode, got {type(parent).__name__}")
+        for field, value in (
+            ("name", name),
+            ("episode_id", episode_id),
+            ("conversation_id", conversation_id),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{field} must be a str, got {type(value).__name__}")
         return Episode(
             self,
             name=name or self.name,

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
+from budgetmix.accounting import check_call_ids, check_tool_names
 from budgetmix.budget import Budget
 from budgetmix.events import (
     BudgetEvent,
@@ -15,6 +16,7 @@ from budgetmix.events import (
     Mistake,
     MistakeKind,
     Recovery,
+    exception_text,
 )
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
 from budgetmix.hooks import call_hooks
@@ -145,7 +147,7 @@ class Episode:
             self._close(EpisodeStatus.EARLY_STOPPED, exc.reason)
             suppress = self.controller.exhaustion != "raise"
         else:
-            self._close(EpisodeStatus.ERROR, None, error=f"{type(exc).__name__}: {exc}"[:500])
+            self._close(EpisodeStatus.ERROR, None, error=exception_text(exc))
         if self._ctx_token is not None:
             self.controller._exit(self._ctx_token)
             self._ctx_token = None
@@ -340,11 +342,11 @@ class Episode:
         Raises:
             BudgetExhausted: the batch does not fit, or this is the (tool-less) grace
                 turn; no call of it was charged.
-            ValueError: ``call_ids`` has another length than ``names``.
+            ConfigError: ``names`` is not a list of strings (a bare string is not), or
+                ``call_ids`` not one str or ``None`` per name; nothing was charged.
         """
-        ids: Sequence[str | None] = call_ids if call_ids is not None else [None] * len(names)
-        if len(ids) != len(names):
-            raise ValueError("call_ids must have one entry per tool name")
+        check_tool_names("names", names)
+        ids = check_call_ids(names, call_ids)
         if names and self._turn is not None and self._turn.grace:
             # the grace turn is a tool-less wrap-up: its tool calls would need another turn
             raise self._exhausted_error(self._exhausted or "turns")
@@ -459,8 +461,12 @@ class Episode:
     def grant(self, **extra: float) -> None:
         """Extend limits at run time (``grant(turns=3)``); recorded as an event.
 
+        All or nothing: an error leaves every limit as it was.
+
         Raises:
-            ConfigError: unknown dimension, non-positive amount or unlimited dimension.
+            ConfigError: unknown dimension, an amount that is not positive and finite
+                (or fractional for a count), an unlimited dimension, or a new limit above
+                the dimension's maximum (2**53 for counts); the message names it.
         """
         limits = self.ledger.grant(**extra)
         self._grants += 1

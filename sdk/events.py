@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from budgetmix.budget import shown
+from budgetmix.exceptions import ConfigError
+
 __all__ = [
     "BudgetEvent",
     "EpisodeResult",
@@ -13,6 +16,8 @@ __all__ = [
     "Mistake",
     "MistakeKind",
     "Recovery",
+    "exception_text",
+    "mistake_kind",
 ]
 
 
@@ -35,6 +40,34 @@ class EpisodeStatus(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     EARLY_STOPPED = "early_stopped"
     ERROR = "error"
+
+
+def mistake_kind(value: Any) -> MistakeKind:
+    """``value`` as a :class:`MistakeKind` (the kind itself or its string value).
+
+    Raises:
+        ConfigError: not one of the kinds; the message names ``kind`` and lists them.
+    """
+    if isinstance(value, MistakeKind):
+        return value
+    if isinstance(value, str):
+        try:
+            return MistakeKind(value)
+        except ValueError:
+            pass
+    known = ", ".join(k.value for k in MistakeKind)
+    raise ConfigError(f"kind must be a MistakeKind ({known}), got {shown(value)}")
+
+
+def exception_text(exc: BaseException, limit: int = 500) -> str:
+    """``"Type: message"`` of an exception, at most ``limit`` characters; never raises:
+    an exception whose ``__str__`` fails reads ``"Type: <unprintable Type>"``."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<unprintable {name}>"
+    return f"{name}: {message}"[:limit]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,14 +8,22 @@ concurrent children can never overspend their parent together.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
-from budgetmix.budget import DIMENSIONS, Budget
+from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy, check_tool_names
+from budgetmix.budget import (
+    DIMENSIONS,
+    MAX_COST_USD,
+    Budget,
+    check_amount,
+    check_count,
+    check_limit,
+    maximum_of,
+    shown,
+)
 from budgetmix.exceptions import ConfigError
 
 __all__ = ["Clock", "Ledger", "LedgerState"]
@@ -63,11 +71,14 @@ class LedgerState:
         )
 
     def remaining(self, dimension: str) -> float | None:
-        """Units left in ``dimension`` (``None`` when unlimited)."""
+        """Units left in ``dimension`` (``None`` when unlimited); an int for the counts."""
         limit = self.limits[dimension]
         if limit is None:
             return None
-        return max(0.0, limit - self.used[dimension])
+        left = limit - self.used[dimension]
+        if left > 0:
+            return left
+        return 0 if dimension in _INTEGRAL_DIMS else 0.0
 
     @property
     def is_final_turn(self) -> bool:
@@ -89,8 +100,11 @@ class Ledger:
     """Counts usage per dimension against a :class:`Budget`.
 
     Methods named ``try_*`` check and charge atomically and return the name of
-    the refusing dimension (or ``None`` when charged). Nothing here sleeps,
-    sends or logs.
+    the refusing dimension (or ``None`` when charged). Every charge is validated
+    before anything is counted and then applied to this ledger and every ancestor
+    under the tree's one lock, so a charge is all-or-nothing over the whole chain.
+    Counts (turns, tool calls, tokens) are ints; ``cost_usd`` is a float. Nothing
+    here sleeps, sends or logs.
     """
 
     __slots__ = (
@@ -122,7 +136,8 @@ class Ledger:
         self._clock = clock
         self._lock: threading.RLock = parent._lock if parent is not None else threading.RLock()
         self._limits: dict[str, float | None] = budget.limits()
-        self._used: dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0)
+        # whole units stay ints (a result's used["turns"] reads 3, not 3.0)
+        self._used: dict[str, float] = {d: 0 if d in _INTEGRAL_DIMS else 0.0 for d in DIMENSIONS}
         self._started = clock()
         # hot path (checked every turn): the ancestor chain never changes, and a grant
         # can raise a limit but never add one, so the limited dimensions are fixed too
@@ -171,7 +186,12 @@ class Ledger:
         return None
 
     def try_charge_turn(self, turns: int = 1) -> str | None:
-        """Charge ``turns`` turns here and in every ancestor, or refuse all of it."""
+        """Charge ``turns`` turns here and in every ancestor, or refuse all of it.
+
+        Raises:
+            ConfigError: ``turns`` is not an int in ``[1, MAX_COUNT]``.
+        """
+        check_count("turns", turns, minimum=1)
         with self._lock:
             blocked = self._blocking(turns_needed=turns)
             if blocked is None:
@@ -180,13 +200,23 @@ class Ledger:
             return blocked
 
     def refund_turn(self, turns: int = 1) -> None:
-        """Give back turns charged for a request that produced no response."""
+        """Give back turns charged for a request that produced no response.
+
+        Raises:
+            ConfigError: ``turns`` is not an int in ``[1, MAX_COUNT]``.
+        """
+        check_count("turns", turns, minimum=1)
         with self._lock:
-            for node in self.chain():
-                node._used["turns"] = max(0.0, node._used["turns"] - turns)
+            for node in self._chain:
+                node._used["turns"] = max(0, node._used["turns"] - turns)
 
     def try_charge_tool_batch(self, names: Sequence[str]) -> str | None:
-        """Pre-check and charge a whole tool batch; refuse it whole if it does not fit."""
+        """Pre-check and charge a whole tool batch; refuse it whole if it does not fit.
+
+        Raises:
+            ConfigError: ``names`` is not a list of tool names.
+        """
+        check_tool_names("names", names)
         calls = self.accounting.tool_calls_for_batch(names)
         extra_turns = self.accounting.extra_turns_for_batch(names)
         with self._lock:
@@ -207,52 +237,63 @@ class Ledger:
         if name in self.accounting.refunded_tools:
             return
         with self._lock:
-            for node in self.chain():
-                node._used["tool_calls"] = max(0.0, node._used["tool_calls"] - 1)
+            for node in self._chain:
+                node._used["tool_calls"] = max(0, node._used["tool_calls"] - 1)
 
     def add_usage(
         self, *, input_tokens: int = 0, output_tokens: int = 0, cost_usd: float = 0.0
     ) -> None:
-        """Record what a response consumed (known only after it arrives)."""
-        # not (x >= 0) also refuses NaN, which would switch the cost limit off silently
-        if not (input_tokens >= 0 and output_tokens >= 0 and 0 <= cost_usd < math.inf):
-            raise ConfigError("usage must be non-negative and finite")
+        """Record what a response consumed (known only after it arrives), here and in
+        every ancestor.
+
+        Raises:
+            ConfigError: a token count is not an int in ``[0, MAX_COUNT]`` or ``cost_usd``
+                not a finite number in ``[0, MAX_COST_USD]``; the message names it
+                (``usage.input_tokens``) and no ledger of the chain is charged.
+        """
+        check_count("usage.input_tokens", input_tokens)
+        check_count("usage.output_tokens", output_tokens)
+        # NaN would switch the cost limit off silently; a huge int would overflow a float
+        cost = check_amount("usage.cost_usd", cost_usd, maximum=MAX_COST_USD)
         with self._lock:
             for node in self._chain:
                 u = node._used
                 u["input_tokens"] += input_tokens
                 u["output_tokens"] += output_tokens
                 u["total_tokens"] += input_tokens + output_tokens
-                u["cost_usd"] += cost_usd
+                u["cost_usd"] += cost
 
     def grant(self, **extra: float) -> dict[str, float | None]:
         """Raise limits of this ledger by the given amounts; returns the new limits.
 
+        All or nothing: one bad amount and no limit changes.
+
         Raises:
-            ConfigError: unknown dimension, non-positive or non-finite amount, a
-                fractional amount for a count dimension, or a dimension that has
-                no limit to extend.
+            ConfigError: unknown dimension, an amount that is not positive and finite, a
+                fractional amount for a count dimension, a dimension that has no limit to
+                extend, or a new limit above the dimension's maximum (``MAX_COUNT`` for
+                counts); the message names the dimension (``grant.turns``).
         """
+        amounts: dict[str, float] = {}
         for dim, amount in extra.items():
             if dim not in DIMENSIONS:
-                raise ConfigError(f"grant: unknown dimension {dim!r}")
-            if (
-                isinstance(amount, bool)
-                or not isinstance(amount, int | float)
-                # NaN/inf would make every later comparison false: limits silently off
-                or not math.isfinite(amount)
-                or amount <= 0
-            ):
-                raise ConfigError(f"grant: {dim} must be a positive number, got {amount!r}")
-            if dim in _INTEGRAL_DIMS and not isinstance(amount, int):
-                raise ConfigError(f"grant: {dim} must be an integer, got {amount!r}")
+                raise ConfigError(f"grant: unknown dimension {shown(dim)}")
+            amounts[dim] = check_limit(f"grant.{dim}", dim, amount)
             if self._limits[dim] is None:
-                raise ConfigError(f"grant: {dim} has no limit to extend")
+                raise ConfigError(f"grant.{dim}: {dim} has no limit to extend")
         with self._lock:
-            for dim, amount in extra.items():
+            raised: dict[str, float] = {}
+            for dim, amount in amounts.items():
                 current = self._limits[dim]
                 assert current is not None
-                self._limits[dim] = current + amount
+                new = current + amount
+                if new > maximum_of(dim):
+                    raise ConfigError(
+                        f"grant.{dim} would raise the limit to {shown(new)}, "
+                        f"above the maximum {shown(maximum_of(dim))}"
+                    )
+                raised[dim] = new
+            self._limits.update(raised)
             return dict(self._limits)
 
     def counts(self) -> dict[str, float]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 
-from budgetmix.events import Mistake, MistakeKind, Recovery
+from budgetmix.events import Mistake, MistakeKind, Recovery, mistake_kind
+from budgetmix.exceptions import ConfigError
 
 __all__ = ["RecoveryTracker"]
 
@@ -33,10 +34,18 @@ class RecoveryTracker:
         call_id: str | None = None,
         detail: str = "",
     ) -> Mistake:
+        """Record a mistake in ``turn``.
+
+        Raises:
+            ConfigError: ``kind`` is not a mistake kind or ``detail`` not a str.
+        """
+        kind = mistake_kind(kind)
+        if not isinstance(detail, str):
+            raise ConfigError(f"detail must be a str, got {type(detail).__name__}")
         with self._lock:
             m = Mistake(
                 id=f"m{len(self.mistakes) + 1}",
-                kind=MistakeKind(kind),
+                kind=kind,
                 turn=turn,
                 tool=tool,
                 call_id=call_id,

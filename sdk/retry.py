@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import tenacity
+from budgetmix.budget import check_amount, check_count, shown
 from budgetmix.exceptions import ConfigError
 
 __all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_DELAY_SECONDS",
+    "MAX_MULTIPLIER",
     "RetryPolicy",
     "TransientInfo",
     "acall_with_retry",
@@ -102,17 +106,30 @@ def classify_exception(exc: BaseException) -> TransientInfo:
     return TransientInfo(any(n in name for n in transient_names))
 
 
+#: The most attempts a :class:`RetryPolicy` may make, and the longest one wait (1 hour).
+MAX_ATTEMPTS = 1000
+MAX_DELAY_SECONDS = 3600.0
+#: The largest growth factor per attempt.
+MAX_MULTIPLIER = 100.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """Exponential backoff with jitter for transient provider errors.
 
     Attributes:
-        max_attempts: total attempts including the first (1 = no retries).
-        initial_delay: seconds before the first retry.
-        max_delay: cap of one wait.
-        multiplier: growth per attempt.
-        jitter: fraction of the delay added at random (0..jitter).
-        honour_retry_after: use the server's Retry-After when it is longer.
+        max_attempts: total attempts including the first (1 = no retries), an int in
+            ``[1, MAX_ATTEMPTS]``.
+        initial_delay: seconds before the first retry, in ``[0, MAX_DELAY_SECONDS]``.
+        max_delay: cap of one wait before jitter, in ``[0, MAX_DELAY_SECONDS]``.
+        multiplier: growth per attempt, in ``[1, MAX_MULTIPLIER]``.
+        jitter: fraction of the delay added at random (0..jitter), in ``[0, 1]``.
+        honour_retry_after: use the server's Retry-After (capped at ``max_delay``)
+            when it is longer.
+
+    Raises:
+        ConfigError: a field of the wrong type (a bool is not a number), NaN, infinite
+            or out of its range; the message names the field.
     """
 
     max_attempts: int = 4
@@ -123,16 +140,34 @@ class RetryPolicy:
     honour_retry_after: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or self.max_attempts < 1:
-            raise ConfigError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts!r}")
-        for name in ("initial_delay", "max_delay", "multiplier", "jitter"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or value < 0:
-                raise ConfigError(f"RetryPolicy.{name} must be >= 0, got {value!r}")
+        check_count("RetryPolicy.max_attempts", self.max_attempts, minimum=1, maximum=MAX_ATTEMPTS)
+        for name, maximum in (
+            ("initial_delay", MAX_DELAY_SECONDS),
+            ("max_delay", MAX_DELAY_SECONDS),
+            ("multiplier", MAX_MULTIPLIER),
+            ("jitter", 1.0),
+        ):
+            value = check_amount(f"RetryPolicy.{name}", getattr(self, name), maximum=maximum)
+            object.__setattr__(self, name, value)
+        if self.multiplier < 1:  # a shrinking backoff retries faster the busier the server
+            raise ConfigError(f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}")
+        if not isinstance(self.honour_retry_after, bool):
+            raise ConfigError(
+                f"RetryPolicy.honour_retry_after must be true or false, "
+                f"got {shown(self.honour_retry_after)}"
+            )
 
     def delay(self, attempt: int, info: TransientInfo, rng: random.Random) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
+        """Seconds to wait after failed attempt number ``attempt`` (1-based): finite, at
+        most ``max_delay * (1 + jitter)``, whatever the attempt number."""
+        base = self.initial_delay
+        if base > 0 and attempt > 1:
+            try:
+                base = min(self.max_delay, base * self.multiplier ** (attempt - 1))
+            except OverflowError:  # a float power past 1e308 raises instead of giving inf
+                base = self.max_delay
+        else:
+            base = min(self.max_delay, base)
         base += base * self.jitter * rng.random()
         if self.honour_retry_after and info.retry_after is not None:
             base = max(base, min(info.retry_after, self.max_delay))

@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from budgetmix import semconv as sc
-from budgetmix.events import MistakeKind
-from budgetmix.exceptions import BudgetExhausted, ProviderError
+from budgetmix.budget import check_count
+from budgetmix.events import MistakeKind, exception_text, mistake_kind
+from budgetmix.exceptions import BudgetExhausted, ConfigError, ProviderError
 from budgetmix.notice import (
     with_notice_anthropic,
     with_notice_openai_chat,
@@ -107,7 +108,17 @@ class Turn:
         ``input_tokens`` counts every input token the model processed, including the
         ``cache_read_tokens`` served from and ``cache_write_tokens`` written to the
         provider's prompt cache (reported on the span, priced apart by the adapters).
+
+        A bad figure is the caller's bug, not a model's mistake, so it fails here:
+        nothing is charged in any ledger of the chain and the turn stays usable.
+
+        Raises:
+            ConfigError: a token count is not an int in ``[0, 2**53]`` (a float, a
+                string or a bool is not a count), or ``cost_usd`` is not a finite number
+                in ``[0, 1e12]``; the message names the argument (``usage.input_tokens``).
         """
+        check_count("usage.cache_read_tokens", cache_read_tokens)
+        check_count("usage.cache_write_tokens", cache_write_tokens)
         self.episode.ledger.add_usage(
             input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
         )
@@ -265,13 +276,21 @@ class ToolCall:
         self._span.end()
 
     def fail(self, detail: str = "", kind: MistakeKind | str = MistakeKind.TOOL_ERROR) -> None:
-        """Mark the call failed with a mistake of ``kind`` (default ``tool_error``)."""
+        """Mark the call failed with a mistake of ``kind`` (default ``tool_error``).
+
+        Raises:
+            ConfigError: ``kind`` is not a mistake kind or ``detail`` not a str (the
+                call stays open).
+        """
         if self.ok is not None:
             return
+        mistake = mistake_kind(kind)
+        if not isinstance(detail, str):
+            raise ConfigError(f"detail must be a str, got {type(detail).__name__}")
         self.ok, self.error = False, detail
         if self._span.is_recording():
-            set_error(self._span, str(MistakeKind(kind)))
-        self.episode._tool_finished(self, mistake=MistakeKind(kind), detail=detail)
+            set_error(self._span, str(mistake))
+        self.episode._tool_finished(self, mistake=mistake, detail=detail)
         self._span.end()
 
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -292,6 +311,7 @@ class ToolCall:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None:
-            self.fail(f"{type(exc).__name__}: {exc}"[:500])
+            # a broken __str__ must not replace the tool's exception nor lose its mistake
+            self.fail(exception_text(exc))
         elif self.ok is None:
             self.succeed()
