@@ -130,6 +130,14 @@ class Ledger:
     ) -> None:
         if not isinstance(budget, Budget):
             raise ConfigError(f"budget must be a Budget, got {type(budget).__name__}")
+        if parent is not None and not isinstance(parent, Ledger):
+            raise ConfigError(f"parent must be a Ledger, got {type(parent).__name__}")
+        if not isinstance(accounting, AccountingPolicy):
+            raise ConfigError(
+                f"accounting must be an AccountingPolicy, got {type(accounting).__name__}"
+            )
+        if not callable(clock):
+            raise ConfigError(f"clock must be callable, got {type(clock).__name__}")
         self.budget = budget
         self.parent = parent
         self.accounting = accounting
@@ -200,15 +208,18 @@ class Ledger:
             return blocked
 
     def refund_turn(self, turns: int = 1) -> None:
-        """Give back turns charged for a request that produced no response.
+        """Give back turns charged for a request that produced no response, here and in
+        every ancestor: at most the turns this ledger holds, so an ancestor's count stays
+        the sum of what was charged through it.
 
         Raises:
             ConfigError: ``turns`` is not an int in ``[1, MAX_COUNT]``.
         """
         check_count("turns", turns, minimum=1)
         with self._lock:
+            give = min(turns, self._used["turns"])
             for node in self._chain:
-                node._used["turns"] = max(0, node._used["turns"] - turns)
+                node._used["turns"] = max(0, node._used["turns"] - give)
 
     def try_charge_tool_batch(self, names: Sequence[str]) -> str | None:
         """Pre-check and charge a whole tool batch; refuse it whole if it does not fit.
@@ -233,10 +244,19 @@ class Ledger:
             return None
 
     def refund_tool_call(self, name: str) -> None:
-        """Give back one tool call (for policies that do not count failures)."""
+        """Give back one tool call (for policies that do not count failures), here and in
+        every ancestor; nothing when this ledger holds none.
+
+        Raises:
+            ConfigError: ``name`` is not a str.
+        """
+        if not isinstance(name, str):
+            raise ConfigError(f"name must be a tool name (str), got {type(name).__name__}")
         if name in self.accounting.refunded_tools:
             return
         with self._lock:
+            if self._used["tool_calls"] < 1:
+                return
             for node in self._chain:
                 node._used["tool_calls"] = max(0, node._used["tool_calls"] - 1)
 

@@ -359,3 +359,31 @@ def test_episode_arguments_are_validated() -> None:
 def test_accounting_policy_fields_are_validated(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=rf"AccountingPolicy\.{field}"):
         AccountingPolicy(**kwargs)
+
+
+def test_a_refund_gives_back_at_most_what_the_ledger_holds() -> None:
+    root = Ledger(Budget(turns=9, tool_calls=9))
+    busy, idle = Ledger(Budget(turns=9), parent=root), Ledger(Budget(turns=9), parent=root)
+    assert busy.try_charge_turn(3) is None
+    assert busy.try_charge_tool_batch(["a", "b"]) is None
+    idle.refund_turn(2)  # idle holds no turn: the root keeps busy's three
+    idle.refund_tool_call("a")
+    busy.refund_turn(5)  # busy holds three: it gives back three, not five
+    assert (root.counts()["turns"], busy.counts()["turns"], idle.counts()["turns"]) == (0, 0, 0)
+    assert root.counts()["tool_calls"] == busy.counts()["tool_calls"] == 2
+    assert busy.try_charge_turn(2) is None
+    assert idle.try_charge_turn(1) is None
+    busy.refund_turn(9)
+    assert (root.counts()["turns"], busy.counts()["turns"]) == (1, 0)
+
+
+def test_ledger_arguments_are_validated() -> None:
+    for kwargs, field in (
+        ({"parent": "root"}, "parent"),
+        ({"accounting": "default"}, "accounting"),
+        ({"clock": 0.0}, "clock"),
+    ):
+        with pytest.raises(ConfigError, match=field):
+            Ledger(Budget(turns=3), **kwargs)
+    with pytest.raises(ConfigError, match="name"):
+        Ledger(Budget(turns=3)).refund_tool_call(["a"])  # type: ignore[arg-type]
