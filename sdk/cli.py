@@ -1,7 +1,8 @@
 """The ``budgetmix`` command line: demo, eval, report, train, notice.
 
 Each sub-command imports its machinery lazily so ``budgetmix --help`` stays fast
-and works without the optional extras.
+and works without the optional extras. Every command-line error is one stderr
+line, ``budgetmix <command>: error: <flag>: <why>``, and exit status 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from budgetmix._cli_errors import CliParser
 from budgetmix._version import __version__
 
 __all__ = ["main"]
@@ -19,7 +21,11 @@ __all__ = ["main"]
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("budgetmix.demo", "demo_main", "run the main job on embedded defaults"),
     "eval": ("budgetmix.evaluation.cli", "eval_main", "evaluate an agent on a Pass@(K,T) grid"),
-    "report": ("budgetmix.evaluation.cli", "report_main", "rebuild or compare evaluation reports"),
+    "report": (
+        "budgetmix.evaluation.report_cli",
+        "report_main",
+        "rebuild or compare evaluation reports",
+    ),
     "train": ("budgetmix.training.cli", "train_main", "fine-tune a local model with BudgetMix RL"),
     "diagnose": (
         "budgetmix.training.diagnose_cli",
@@ -31,7 +37,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="budgetmix",
         description="Turn budgets for tool-using LLM agents: enforce, notify, trace, "
         "evaluate Pass@(K,T), train with BudgetMix RL.",
@@ -52,12 +58,15 @@ def _resolve(command: str) -> Callable[[list[str]], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``budgetmix`` script."""
+    """Entry point of the ``budgetmix`` script; returns the exit status (2 on a bad flag).
+
+    argparse's own errors and ``--help`` end in ``SystemExit`` (status 2 and 0).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
     if not args or args[0] not in _COMMANDS:
         parser.parse_args(args or ["--help"])
-        return 2
+        parser.error(f"a command is required: {', '.join(_COMMANDS)}")
     return _resolve(args[0])(args[1:])
 
 

@@ -16,21 +16,43 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budgetmix._cli_errors import (
+    CliParser,
+    UsageError,
+    blame,
+    json_object,
+    output_dir,
+    run_command,
+)
 from budgetmix.events import EpisodeStatus
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["demo_main"]
+__all__ = ["DemoOptions", "demo_main", "parse_demo_args"]
 
+PROG = "budgetmix demo"
 STAGES = ("controller", "grid", "train")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="budgetmix demo",
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """A validated ``budgetmix demo`` command line."""
+
+    stages: tuple[str, ...]
+    out: Path
+    policy: dict[str, Any]
+    quick: bool = False
+    full: bool = False
+
+
+def _parser() -> CliParser:
+    p = CliParser(
+        prog=PROG,
         description="Run the budgetmix main job on embedded defaults (no API key needed).",
     )
     size = p.add_mutually_exclusive_group()
@@ -56,21 +78,54 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _policy_config(args: argparse.Namespace) -> dict[str, Any]:
-    config: dict[str, Any] = json.loads(args.policy) if args.policy else {}
-    if args.notice:
-        config["notice"] = args.notice
-    if args.exhaustion:
-        config["exhaustion"] = args.exhaustion
-    if args.early_stop:
-        config["early_stop"] = args.early_stop
+    """The policy config of ``--policy`` and the single-policy flags, each checked on its own."""
+    from budgetmix.policies import policy_from_config
+
+    config = json_object("--policy", args.policy) if args.policy is not None else {}
+    with blame("--policy"):
+        policy_from_config(config)
+    for flag, key, value in (
+        ("--notice", "notice", args.notice),
+        ("--exhaustion", "exhaustion", args.exhaustion),
+        ("--early-stop", "early_stop", args.early_stop),
+    ):
+        if value is not None:
+            with blame(flag):
+                policy_from_config({key: value})
+            config[key] = value
+    with blame("--policy"):
+        policy_from_config(config)
     return config
 
 
-def _stage_controller(console: Console, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def parse_demo_args(argv: Sequence[str]) -> DemoOptions:
+    """The validated options ``argv`` describes; nothing is run or written.
+
+    Raises:
+        UsageError: an unknown stage, a bad policy or output folder; names the flag.
+        SystemExit: argparse's own errors (exit status 2, one stderr line) and ``--help``.
+    """
+    args = _parser().parse_args(list(argv))
+    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise UsageError("--stages", f"unknown stage(s) {unknown}; known: {', '.join(STAGES)}")
+    if not stages:
+        raise UsageError("--stages", f"no stage given; known: {', '.join(STAGES)}")
+    return DemoOptions(
+        stages=stages,
+        out=output_dir("--out", args.out),
+        policy=_policy_config(args),
+        quick=args.quick,
+        full=args.full,
+    )
+
+
+def _stage_controller(console: Console, out: Path, args: DemoOptions) -> dict[str, Any]:
     from budgetmix.demo_agent import run_support_episodes
     from budgetmix.policies import build_controller_kwargs
 
-    config = _policy_config(args)
+    config = args.policy
     kwargs = build_controller_kwargs(config)
     # the raise mode would stop the demo at the first exhaustion: show it as an outcome
     if kwargs.get("exhaustion") == "raise":
@@ -130,15 +185,15 @@ def _stage_controller(console: Console, out: Path, args: argparse.Namespace) -> 
     return per_budget
 
 
-def demo_main(argv: list[str]) -> int:
-    """Run the demo; returns the exit code."""
-    args = _parser().parse_args(argv)
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        _parser().error(f"unknown stage(s): {', '.join(unknown)}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def demo_main(argv: Sequence[str]) -> int:
+    """Run the demo; returns the exit code (2 after one stderr line naming a bad flag)."""
+    return run_command(PROG, lambda: _run(parse_demo_args(argv)))
+
+
+def _run(args: DemoOptions) -> int:
+    stages, out = args.stages, args.out
+    with blame("--out", OSError):
+        out.mkdir(parents=True, exist_ok=True)
     console = Console(width=max(100, Console().width))
 
     from budgetmix.telemetry import configure_tracing

@@ -14,18 +14,30 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from budgetmix.exceptions import BudgetmixError, ConfigError
+from budgetmix._cli_errors import (
+    CliParser,
+    UsageError,
+    blame,
+    model_dir,
+    one_line,
+    output_dir,
+    run_command,
+)
+from budgetmix.exceptions import BudgetmixError
 from budgetmix.training.config import PRESETS, TrainConfig, load_config, preset
 
-__all__ = ["build_parser", "config_from_args", "main", "train_main"]
+__all__ = ["build_parser", "config_from_args", "main", "parse_train_args", "train_main"]
 
 
-def build_parser(prog: str = "budgetmix train") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Train a local model with BudgetMix RL."
-    )
+PROG = "budgetmix train"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The ``budgetmix train`` argument parser (errors: one stderr line, exit status 2)."""
+    parser = CliParser(prog=prog, description="Train a local model with BudgetMix RL.")
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--config", help="a .json or .toml TrainConfig file")
     src.add_argument("--preset", help=f"a named preset: {', '.join(sorted(PRESETS))}")
@@ -46,42 +58,83 @@ def build_parser(prog: str = "budgetmix train") -> argparse.ArgumentParser:
 
 def _parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
-        raise ConfigError(f"--set expects FIELD=VALUE, got {item!r}")
+        raise UsageError("--set", f"expected FIELD=VALUE, got {item!r}")
     key, raw = item.split("=", 1)
     try:
         return key.strip(), json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return key.strip(), raw
 
 
+def _base_config(args: argparse.Namespace) -> TrainConfig:
+    if args.config:
+        with blame("--config"):
+            return load_config(args.config)
+    if args.preset:
+        with blame("--preset"):
+            return preset(args.preset)
+    return TrainConfig()
+
+
+def _check_env(config: TrainConfig) -> None:
+    """Build one task and its environment, so bad ``env_kwargs`` fail before training."""
+    from budgetmix.training.tasks import env_spec
+
+    tasks = env_spec(config.env).make_tasks([0], dict(config.env_kwargs))
+    tasks[0].make_env()
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The config the parsed arguments describe.
+    """The validated config the parsed arguments describe.
+
+    Each value is checked against the flag it came from: the file (``--config``),
+    the preset (``--preset``), the overrides (``--set``), ``--output-dir``; a local
+    ``model_path`` must be a model directory (never looked up on a model hub).
 
     Raises:
-        ConfigError: bad file, preset, or override.
+        UsageError: bad file, preset, override or path; the message names the flag.
     """
     overrides = dict(_parse_override(s) for s in args.set)
-    if args.output_dir:
-        overrides["output_dir"] = args.output_dir
+    if "env_kwargs" in overrides and not isinstance(overrides["env_kwargs"], dict):
+        got = type(overrides["env_kwargs"]).__name__
+        raise UsageError("--set", f"env_kwargs must be a JSON object, got {got}")
+    config = _base_config(args)
+    with blame("--set"):
+        config = config.with_overrides(**overrides) if overrides else config
+    if args.output_dir is not None:
+        output_dir("--output-dir", args.output_dir)
+        with blame("--output-dir"):
+            config = config.with_overrides(output_dir=args.output_dir)
     if args.no_progress:
-        overrides["progress"] = False
-    if args.config:
-        return load_config(args.config).with_overrides(**overrides)
-    if args.preset:
-        return preset(args.preset, **overrides)
-    return TrainConfig.from_dict(overrides)
+        config = replace(config, progress=False)
+    source = "--config" if args.config else "--preset"
+    if config.model_path is not None:
+        model_dir("--set" if "model_path" in overrides else source, config.model_path)
+    with blame("--set" if {"env", "env_kwargs"} & set(overrides) else source):
+        _check_env(config)
+    from_set = "output_dir" in overrides and args.output_dir is None
+    output_dir("--set" if from_set else "--output-dir", config.output_dir)
+    return config
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run training from command-line arguments; returns the exit status (2 on a bad config)."""
+def parse_train_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
+    """``(config, resume)`` from ``argv``; nothing is trained or written.
+
+    Raises:
+        UsageError: as :func:`config_from_args`.
+        SystemExit: argparse's own errors (exit status 2, one stderr line) and ``--help``.
+    """
     args = build_parser().parse_args(argv)
-    try:
-        config = config_from_args(args)
-        from budgetmix.training.trainer import train
+    return config_from_args(args), bool(args.resume)
 
-        result = train(config, resume=args.resume)
+
+def _train(config: TrainConfig, resume: bool) -> int:
+    from budgetmix.training.trainer import train
+
+    try:
+        result = train(config, resume=resume)
     except BudgetmixError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     last = result.metrics[-1] if result.metrics else {}
     print(
@@ -96,6 +149,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run training from command-line arguments; returns the exit status.
+
+    2 on a bad flag (one stderr line naming it) or a run that stops on a budgetmix
+    error; argparse's own errors and ``--help`` end in ``SystemExit``.
+    """
+    return run_command(PROG, lambda: _train(*parse_train_args(argv)))
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:

@@ -16,21 +16,54 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["diagnose_main"]
+from budgetmix._cli_errors import (
+    CliParser,
+    UsageError,
+    blame,
+    integer,
+    model_dir,
+    number,
+    output_file,
+    run_command,
+)
+from budgetmix.exceptions import BudgetmixError
 
+__all__ = ["DiagnoseOptions", "diagnose_main", "parse_diagnose_args"]
+
+PROG = "budgetmix diagnose"
 BUILTIN = ("oracle", "blind")
+#: Exact Q is a table over cells; a bigger map is more than a diagnostic needs.
+MAX_CELLS = 1024
 
 
-def _policy(spec: str, model: Any) -> Any:
+@dataclass(frozen=True, slots=True)
+class DiagnoseOptions:
+    """A validated ``budgetmix diagnose`` command line (policies are not loaded yet)."""
+
+    a: str
+    b: str
+    desc: tuple[str, ...]
+    success_rate: float
+    budgets: list[int] | None
+    episodes: int
+    inject_at: int
+    out: Path | None
+
+
+def _policy(flag: str, spec: str, model: Any) -> Any:
     from budgetmix.training.diagnostics import frozenlake_oracle_policy
     from budgetmix.training.experiment_lm import load_lm_policy
 
     if spec in BUILTIN:
         return frozenlake_oracle_policy(model, budget_blind=spec == "blind")
-    return load_lm_policy(spec)[0]
+    # a damaged checkpoint fails inside the loader: still one line naming the flag
+    with blame(flag, BudgetmixError, OSError, ValueError, TypeError):
+        return load_lm_policy(spec)[0]
 
 
 def _ints(text: str) -> list[int]:
@@ -39,13 +72,13 @@ def _ints(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers like 4,7,14, got {text!r}") from None
     if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("budgets must be integers >= 1")
+        raise argparse.ArgumentTypeError(f"budgets must be integers >= 1, got {text!r}")
     return values
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="budgetmix diagnose",
+def _parser() -> CliParser:
+    p = CliParser(
+        prog=PROG,
         description="Compare two policies step by step (exact Q) on slippery FrozenLake.",
     )
     p.add_argument("--a", required=True, help="policy A: checkpoint dir, 'oracle' or 'blind'")
@@ -66,9 +99,49 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def diagnose_main(argv: list[str]) -> int:
-    """Run the diagnostics and print the tables; returns the exit code."""
-    args = _parser().parse_args(argv)
+def parse_diagnose_args(argv: Sequence[str]) -> DiagnoseOptions:
+    """The validated options ``argv`` describes; no checkpoint is loaded yet.
+
+    A policy is ``oracle``, ``blind`` or a local model directory (with ``config.json``).
+
+    Raises:
+        UsageError: a bad value; the message names the flag.
+        SystemExit: argparse's own errors (exit status 2, one stderr line) and ``--help``.
+    """
+    args = _parser().parse_args(list(argv))
+    for flag, spec in (("--a", args.a), ("--b", args.b)):
+        if spec not in BUILTIN:
+            model_dir(flag, spec)
+    desc = tuple(r.strip() for r in args.desc.split(","))
+    if sum(len(r) for r in desc) > MAX_CELLS:
+        raise UsageError("--desc", f"at most {MAX_CELLS} cells, got {sum(len(r) for r in desc)}")
+    success_rate = number("--success-rate", args.success_rate, low=0.0, high=1.0)
+    from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
+
+    with blame("--desc"):
+        FrozenLakeModel(desc, True, success_rate)
+    out = None if args.out is None else output_file("--out", args.out)
+    return DiagnoseOptions(
+        a=args.a,
+        b=args.b,
+        desc=desc,
+        success_rate=success_rate,
+        budgets=args.budgets,
+        episodes=integer("--episodes", args.episodes, low=1),
+        inject_at=integer("--inject-at", args.inject_at, low=1),
+        out=out,
+    )
+
+
+def diagnose_main(argv: Sequence[str]) -> int:
+    """Run the diagnostics and print the tables; returns the exit code.
+
+    2 after one stderr line naming the bad flag (a missing or damaged checkpoint included).
+    """
+    return run_command(PROG, lambda: _run(parse_diagnose_args(argv)))
+
+
+def _run(args: DiagnoseOptions) -> int:
     from budgetmix.training.diagnostics import (
         compare_actions,
         frozenlake_q,
@@ -82,7 +155,7 @@ def diagnose_main(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    desc = tuple(r.strip() for r in args.desc.split(","))
+    desc = args.desc
     model = FrozenLakeModel(desc, True, args.success_rate)
     ceiling = find_ceiling(model)
     budgets = args.budgets or sorted(
@@ -93,7 +166,7 @@ def diagnose_main(argv: list[str]) -> int:
         range(1_000_000, 1_000_000 + args.episodes),
         {"desc": desc, "success_rate": args.success_rate},
     )
-    pa, pb = _policy(args.a, model), _policy(args.b, model)
+    pa, pb = _policy("--a", args.a, model), _policy("--b", args.b, model)
     console = Console()
 
     points = [p for t in budgets for tr in run_episodes(tasks, pb, t, q=q) for p in tr.points]
@@ -151,20 +224,17 @@ def diagnose_main(argv: list[str]) -> int:
         )
     console.print(rtable)
 
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(
-            json.dumps(
-                {
-                    "a": args.a,
-                    "b": args.b,
-                    "ceiling": ceiling,
-                    "budgets": budgets,
-                    "action_quality": cmp.to_dict(),
-                    "curves": {k: [p.to_dict() for p in v] for k, v in curves.items()},
-                    "recovery": {k: v.to_dict() for k, v in recovery.items()},
-                },
-                indent=2,
-            )
-        )
+    if args.out is not None:
+        numbers = {
+            "a": args.a,
+            "b": args.b,
+            "ceiling": ceiling,
+            "budgets": budgets,
+            "action_quality": cmp.to_dict(),
+            "curves": {k: [p.to_dict() for p in v] for k, v in curves.items()},
+            "recovery": {k: v.to_dict() for k, v in recovery.items()},
+        }
+        with blame("--out", OSError):
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(numbers, indent=2))
     return 0

@@ -13,8 +13,10 @@ OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``).
 ``--blind`` declares the agent budget-blind: no notice, no turns remaining, and
 prefix sharing.
 
-``report_main(argv)`` rebuilds the report from a results file, or compares two
-(``--compare``). Both return a process exit code: 0 ok, 2 bad configuration.
+``report_main(argv)`` (from :mod:`budgetmix.evaluation.report_cli`) rebuilds the
+report from a results file, or compares two (``--compare``). Both return a
+process exit code: 0 ok, 2 after one stderr line (a bad flag or config key is
+named: ``budgetmix eval: error: --samples: must be an integer >= 1, got 0``).
 """
 
 from __future__ import annotations
@@ -28,15 +30,38 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from budgetmix._cli_errors import (
+    CliParser,
+    UsageError,
+    blame,
+    choice,
+    integer,
+    integers,
+    mapping,
+    model_dir,
+    number,
+    one_line,
+    output_dir,
+    run_command,
+)
 from budgetmix.evaluation.agents import AsyncEnvAgent, ChatModelEnvAgent, EnvAgent, ScriptedEnvAgent
-from budgetmix.evaluation.report import build_report, compare_runs
+from budgetmix.evaluation.report_cli import report_main, write_report
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.evaluation.runner import EvalConfig, Evaluator
 from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError
+from budgetmix.notice import NOTICE_FORMATS
 from budgetmix.training.envs.base import Task
 
-__all__ = ["build_agent_factory", "build_tasks", "eval_main", "load_config", "report_main"]
+__all__ = [
+    "build_agent_factory",
+    "build_tasks",
+    "eval_main",
+    "load_config",
+    "parse_eval_args",
+    "report_main",
+]
 
 _AGENTS = ("random", "oracle", "noisy", "local", "checkpoint", "openai")
 
@@ -51,13 +76,13 @@ def _ints(text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CliParser(
         prog="budgetmix eval",
         description="Evaluate an agent on a Pass@(K,T) grid: every task x budget T x K samples.",
     )
-    p.add_argument("--config", type=Path, help="JSON or TOML file with any of the options below")
+    p.add_argument("--config", help="JSON or TOML file with any of the options below")
     p.add_argument("--env", help="environment: frozenlake, faulty_tools, humaneval")
-    p.add_argument("--env-kwargs", type=json.loads, help="environment arguments as JSON")
+    p.add_argument("--env-kwargs", type=_json_mapping, help="environment arguments as JSON")
     p.add_argument("--seeds", type=_ints, help="task seeds, e.g. 0,1,2 (default: 0..tasks-1)")
     p.add_argument("--tasks", type=int, help="number of tasks when --seeds is not given")
     p.add_argument("--budgets", type=_ints, help="turn budgets T, e.g. 4,8,16")
@@ -94,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--on-error", choices=("raise", "record"), help="agent exceptions abort or count"
     )
-    p.add_argument("--out", type=Path, help="output directory (default runs/eval)")
+    p.add_argument("--out", help="output directory (default runs/eval)")
     p.add_argument(
         "--overwrite", action="store_true", default=None, help="start the results afresh"
     )
@@ -107,10 +132,10 @@ def _parser() -> argparse.ArgumentParser:
 def _json_mapping(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
@@ -132,14 +157,111 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    cfg: dict[str, Any] = load_config(args.config) if args.config else {}
+    with blame("--config"):
+        cfg: dict[str, Any] = {} if args.config is None else load_config(args.config)
     known = set(vars(args)) - {"config"}
     unknown = sorted(set(cfg) - known)
     if unknown:
-        raise ConfigError(f"config: unknown keys {unknown}")
+        raise UsageError("--config", f"unknown keys {unknown}")
     for key, value in vars(args).items():
         if key != "config" and value is not None:
             cfg[key] = value
+    return cfg
+
+
+# What each setting may hold, whether it came from a flag or the config file.
+_INT_MIN = {
+    "tasks": 1,
+    "samples": 1,
+    "concurrency": 1,
+    "max_new_tokens": 1,
+    "seed": 0,
+    "training_ceiling": 1,
+    "fault_step": 1,
+    "n_boot": 1,
+}
+_FLOAT_RANGE: dict[str, tuple[float, float | None]] = {
+    "noise": (0.0, 1.0),
+    "temperature": (0.0, None),
+}
+_CHOICES = {"agent": _AGENTS, "env_seed_mode": ("task", "sample"), "on_error": ("raise", "record")}
+_BOOLS = ("blind", "no_prefix_sharing", "overwrite", "no_plots", "no_progress")
+
+
+def _check_value(key: str, value: Any) -> None:
+    flag = "--" + key.replace("_", "-")
+    if key in _INT_MIN:
+        integer(flag, value, low=_INT_MIN[key])
+    elif key in _FLOAT_RANGE:
+        number(flag, value, low=_FLOAT_RANGE[key][0], high=_FLOAT_RANGE[key][1])
+    elif key in _CHOICES:
+        choice(flag, value, _CHOICES[key])
+    elif key in _BOOLS:
+        if not isinstance(value, bool):
+            raise UsageError(flag, f"must be true or false, got {value!r}")
+    elif key in ("seeds", "budgets"):
+        integers(flag, value, low=1 if key == "budgets" else 0)
+    elif key in ("env_kwargs", "policy"):
+        mapping(flag, value)
+    elif not isinstance(value, str):
+        raise UsageError(flag, f"must be a string, got {value!r}")
+
+
+def _check_agent(cfg: Mapping[str, Any]) -> None:
+    kind = cfg.get("agent", "oracle")
+    if kind in ("local", "checkpoint"):
+        if not cfg.get("model"):
+            raise UsageError("--model", f"a model directory is required for agent {kind}")
+        model_dir("--model", cfg["model"])
+    if kind == "openai":
+        url = urlsplit(cfg.get("base_url") or "")
+        if url.scheme not in ("http", "https") or not url.netloc:
+            # the URL itself is not echoed: it may carry credentials
+            raise UsageError("--base-url", "an http(s) URL is required for agent openai")
+        if not cfg.get("model_name"):
+            raise UsageError("--model-name", "a model name is required for agent openai")
+
+
+def _check_env(env: str, env_kwargs: Mapping[str, Any]) -> None:
+    from budgetmix.training.envs import ENVIRONMENTS, make_env
+
+    if env not in ENVIRONMENTS:
+        known = ", ".join(sorted(ENVIRONMENTS))
+        raise UsageError("--env", f"unknown environment {env!r}; known: {known}")
+    try:
+        make_env(env, **env_kwargs)
+    except MissingExtraError as exc:
+        raise UsageError("--env", str(exc)) from None
+    except Exception as exc:  # gymnasium raises its own error types for bad arguments
+        raise UsageError("--env-kwargs", str(exc) or type(exc).__name__) from None
+
+
+def parse_eval_args(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The validated settings (config file, then flags) ``argv`` describes; nothing runs.
+
+    Checks every value's type and range, builds the environment once and checks a
+    model agent's directory exists (before any loader or model hub is reached).
+
+    Raises:
+        UsageError: a bad value; the message names the flag (also for config-file keys).
+        SystemExit: argparse's own errors (exit status 2, one stderr line) and ``--help``.
+    """
+    cfg = _settings(_parser().parse_args(argv))
+    for key, value in cfg.items():
+        _check_value(key, value)
+    for key in ("env", "budgets"):
+        if not cfg.get(key):
+            raise UsageError(f"--{key}", "required (the flag or the config file's key)")
+    _check_env(cfg["env"], cfg.get("env_kwargs", {}))
+    if cfg.get("notice") is not None:
+        choice("--notice", cfg["notice"], [*sorted(NOTICE_FORMATS), "none"])
+    if cfg.get("policy") is not None:
+        from budgetmix.policies import policy_from_config
+
+        with blame("--policy"):
+            policy_from_config(cfg["policy"])
+    _check_agent(cfg)
+    output_dir("--out", cfg.get("out", "runs/eval"))
     return cfg
 
 
@@ -181,7 +303,8 @@ def build_agent_factory(
     """The per-episode agent factory and the agent's identity (for the fingerprint).
 
     Raises:
-        ConfigError: unknown agent or missing ``model`` / ``base_url``.
+        ConfigError: unknown agent, missing ``base_url``, or ``model`` missing or not a
+            local model directory (checked before any loader runs).
         MissingExtraError: the model agent's dependencies are missing.
     """
     kind = cfg.get("agent", "oracle")
@@ -208,6 +331,7 @@ def build_agent_factory(
         # a budgetmix training checkpoint, driven in its training layout (token in, token out)
         if not cfg.get("model"):
             raise ConfigError("model: a checkpoint directory is required for agent checkpoint")
+        model_dir("model", cfg["model"])  # never let a missing path reach the loader
         from budgetmix.training.models import load_pretrained
         from budgetmix.training.serve import TrainedPolicyAgent
 
@@ -223,6 +347,7 @@ def build_agent_factory(
     if kind == "local":
         if not cfg.get("model"):
             raise ConfigError("model: a checkpoint directory is required for agent local")
+        model_dir("model", cfg["model"])  # never let a missing path reach the model hub
         from budgetmix.adapters.local import LocalChatModel
 
         model = LocalChatModel.from_pretrained(
@@ -284,123 +409,67 @@ def _progress(
     return bar, on_plan, on_record
 
 
-def eval_main(argv: list[str] | None = None) -> int:
-    """``budgetmix eval``: run the grid, write results, summary, markdown and plots."""
-    args = _parser().parse_args(argv)
-    try:
-        cfg = _settings(args)
-        for key in ("env", "budgets"):
-            if not cfg.get(key):
-                raise ConfigError(f"{key} is required (flag --{key} or the config file)")
-        env = str(cfg["env"])
-        env_kwargs = dict(cfg.get("env_kwargs") or {})
-        seeds = cfg.get("seeds") or list(range(int(cfg.get("tasks", 5))))
-        tasks = build_tasks(env, env_kwargs, seeds)
-        factory, agent_ident = build_agent_factory(cfg)
-        notice = cfg.get("notice", "v1")
-        fixed_map = env == "frozenlake"
-        config = EvalConfig(
-            budgets=tuple(cfg["budgets"]),
-            samples=int(cfg.get("samples", 1)),
-            concurrency=int(cfg.get("concurrency", 8)),
-            notice_format=None if notice in (None, "none") else str(notice),
-            seed=int(cfg.get("seed", 0)),
-            env_seed_mode=cfg.get("env_seed_mode", "sample" if fixed_map else "task"),
-            training_ceiling=cfg.get("training_ceiling"),
-            fault_step=cfg.get("fault_step"),
-            prefix_sharing=not cfg.get("no_prefix_sharing", False),
-            on_error=cfg.get("on_error", "raise"),
-            identity={"env": env, "env_kwargs": env_kwargs, "agent": agent_ident},
-            policy=cfg.get("policy"),
-        )
-        out = Path(cfg.get("out", "runs/eval"))
-        evaluator = Evaluator(factory, tasks, config)
-        bar, on_plan, on_record = _progress(not cfg.get("no_progress", False))
-        if bar is not None:
-            with bar:
-                run = evaluator.run(
-                    out / "results.jsonl",
-                    on_record=on_record,
-                    on_plan=on_plan,
-                    overwrite=bool(cfg.get("overwrite", False)),
-                )
-        else:
-            run = evaluator.run(out / "results.jsonl", overwrite=bool(cfg.get("overwrite", False)))
-        print(
-            f"{run.live_episodes} episodes run, {run.derived_records} derived by prefix sharing, "
-            f"{run.skipped} already done; {run.env_steps} env steps "
-            f"({run.env_steps_separate} without sharing) in {run.elapsed_s:.1f}s"
-        )
-        files = _report(
-            out / "results.jsonl",
-            out,
-            plots=not cfg.get("no_plots", False),
-            n_boot=int(cfg.get("n_boot", 1000)),
-        )
-    except (BudgetmixError, ValueError) as exc:
-        print(f"budgetmix eval: error: {exc}", file=sys.stderr)
-        return 2
-    print(files["markdown"].read_text().split("## Failure")[0].rstrip())
-    print("\nwrote: " + ", ".join(str(p) for p in files.values()))
-    return 0
-
-
-def _report(results: Path, out: Path, *, plots: bool, n_boot: int) -> dict[str, Path]:
-    try:
-        return build_report(results, out, plots=plots, n_boot=n_boot)
-    except MissingExtraError as exc:
-        print(f"plots skipped: {exc}", file=sys.stderr)
-        return {"summary": out / "summary.json", "markdown": out / "report.md"}
-
-
-def report_main(argv: list[str] | None = None) -> int:
-    """``budgetmix report``: rebuild a report from results, or compare two runs."""
-    p = argparse.ArgumentParser(
-        prog="budgetmix report",
-        description="Rebuild summary, markdown and plots from a results JSONL, or compare two.",
+def _eval_config(cfg: Mapping[str, Any], agent_ident: Mapping[str, Any]) -> EvalConfig:
+    env = str(cfg["env"])
+    notice = cfg.get("notice", "v1")
+    return EvalConfig(
+        budgets=tuple(cfg["budgets"]),
+        samples=int(cfg.get("samples", 1)),
+        concurrency=int(cfg.get("concurrency", 8)),
+        notice_format=None if notice in (None, "none") else str(notice),
+        seed=int(cfg.get("seed", 0)),
+        env_seed_mode=cfg.get("env_seed_mode", "sample" if env == "frozenlake" else "task"),
+        training_ceiling=cfg.get("training_ceiling"),
+        fault_step=cfg.get("fault_step"),
+        prefix_sharing=not cfg.get("no_prefix_sharing", False),
+        on_error=cfg.get("on_error", "raise"),
+        identity={"env": env, "env_kwargs": dict(cfg.get("env_kwargs", {})), "agent": agent_ident},
+        policy=cfg.get("policy"),
     )
-    p.add_argument("results", type=Path, help="results.jsonl of a run")
-    p.add_argument("--compare", type=Path, help="a second results.jsonl (shown as b - a)")
-    p.add_argument("--labels", default="a,b", help="names of the two runs, e.g. fixed,budgetmix")
-    p.add_argument("-k", type=int, default=1, help="compare pass@k (default 1)")
-    p.add_argument("--out", type=Path, help="output directory (default: next to results)")
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--n-boot", type=int, default=1000)
-    args = p.parse_args(argv)
-    out = args.out or args.results.parent
-    try:
-        if args.compare is not None:
-            labels = tuple(args.labels.split(","))
-            if len(labels) != 2:
-                raise ConfigError(f"labels: expected two names, got {args.labels!r}")
-            try:
-                cmp = compare_runs(
-                    args.results,
-                    args.compare,
-                    out,
-                    (labels[0], labels[1]),
-                    k=args.k,
-                    plots=not args.no_plots,
-                    n_boot=args.n_boot,
-                )
-            except MissingExtraError as exc:
-                print(f"plots skipped: {exc}", file=sys.stderr)
-                cmp = compare_runs(
-                    args.results,
-                    args.compare,
-                    out,
-                    (labels[0], labels[1]),
-                    k=args.k,
-                    plots=False,
-                    n_boot=args.n_boot,
-                )
-            print((out / "comparison.md").read_text().rstrip())
-            print("\nwrote: " + ", ".join(cmp["files"].values()))
-            return 0
-        files = _report(args.results, out, plots=not args.no_plots, n_boot=args.n_boot)
-    except (BudgetmixError, ValueError) as exc:
-        print(f"budgetmix report: error: {exc}", file=sys.stderr)
-        return 2
+
+
+def _run_eval(cfg: Mapping[str, Any]) -> int:
+    env = str(cfg["env"])
+    seeds = cfg.get("seeds") or list(range(int(cfg.get("tasks", 5))))
+    tasks = build_tasks(env, dict(cfg.get("env_kwargs", {})), seeds)
+    # a damaged model directory fails inside the loader: still one line naming the flag
+    flag = "--model" if cfg.get("agent") in ("local", "checkpoint") else "--agent"
+    with blame(flag, BudgetmixError, OSError, ValueError, TypeError):
+        factory, agent_ident = build_agent_factory(cfg)
+    out = Path(cfg.get("out", "runs/eval"))
+    evaluator = Evaluator(factory, tasks, _eval_config(cfg, agent_ident))
+    overwrite = bool(cfg.get("overwrite", False))
+    bar, on_plan, on_record = _progress(not cfg.get("no_progress", False))
+    if bar is not None:
+        with bar:
+            run = evaluator.run(
+                out / "results.jsonl", on_record=on_record, on_plan=on_plan, overwrite=overwrite
+            )
+    else:
+        run = evaluator.run(out / "results.jsonl", overwrite=overwrite)
+    print(
+        f"{run.live_episodes} episodes run, {run.derived_records} derived by prefix sharing, "
+        f"{run.skipped} already done; {run.env_steps} env steps "
+        f"({run.env_steps_separate} without sharing) in {run.elapsed_s:.1f}s"
+    )
+    n_boot = int(cfg.get("n_boot", 1000))
+    files = write_report(
+        out / "results.jsonl", out, plots=not cfg.get("no_plots", False), n_boot=n_boot
+    )
     print(files["markdown"].read_text().split("## Failure")[0].rstrip())
     print("\nwrote: " + ", ".join(str(p) for p in files.values()))
     return 0
+
+
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    """``budgetmix eval``: run the grid, write results, summary, markdown and plots.
+
+    Returns 0, or 2 after one stderr line: a bad flag or config key (named), or a
+    run that stopped on a budgetmix error.
+    """
+    prog = "budgetmix eval"
+    try:
+        return run_command(prog, lambda: _run_eval(parse_eval_args(argv)))
+    except (BudgetmixError, ValueError) as exc:
+        print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
