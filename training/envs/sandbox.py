@@ -1,51 +1,96 @@
-"""Run untrusted (model-written) Python in a separate, limited process.
+"""Run untrusted (model-written) Python behind an operating-system boundary.
 
-Layers, outermost first:
+The boundary is the kernel, not the interpreter. Each run gets, on Linux:
 
-* a separate interpreter, ``python -I -S`` (no environment variables, no user or
-  site packages: standard library only), in a new session so the whole process
-  group can be killed; a wall-clock timeout kills it;
-* a fresh temporary directory as the working directory, removed afterwards;
-* ``resource`` limits set before any user code runs: CPU seconds
-  (``RLIMIT_CPU``), address space (``RLIMIT_AS``), file size (``RLIMIT_FSIZE``,
-  which also caps stdout/stderr, since they go to files), open files
-  (``RLIMIT_NOFILE``), processes (``RLIMIT_NPROC``) and no core dumps;
-* when the host runs as root, the child drops to the ``nobody`` user
-  (``RLIMIT_NPROC`` is not enforced for root, and file permissions then apply)
-  -- but only where ``nobody`` can read the standard library (not when Python
-  lives under a private home such as ``/root/.pyenv``); otherwise it stays
-  root and relies on the layers below;
-* an audit hook (:pep:`578`) installed before the user code that refuses:
-  process creation (``os.fork``, ``os.exec*``, ``os.system``, ``subprocess``,
-  ``posix_spawn``), signals to other processes, any ``socket`` use and the
-  imports of ``socket``, ``ssl``, ``ctypes``, ``_posixsubprocess`` and friends,
-  ``resource.setrlimit``, and writes, renames, deletions or permission changes
-  outside the temporary directory.
+* its own PID, mount, network, IPC and UTS namespaces (bubblewrap where it is
+  installed, else ``unshare`` when running as root): no view of other
+  processes, no network but a loopback device that is down, and when the
+  run's first process ends, every process it started dies with the namespace;
+* a filesystem view that is read-only except its own directory ``/work``, a
+  tmpfs whose size is the disk quota (``SandboxLimits.disk_bytes``); ``/etc``,
+  home directories, ``/tmp`` and the repository are not in it;
+* a non-root uid that is real outside the namespaces too (a fresh one per run
+  when we are root), ``no_new_privs`` and no capabilities;
+* ``resource`` limits (CPU, address space, file size, open files, processes)
+  and, where this process may create cgroups, a cgroup capping the memory and
+  the number of processes of the whole run;
+* a wall-clock timeout, after which the whole tree is killed (the namespace,
+  the process group and the cgroup).
 
-Honest limits: audit hooks are not a security boundary. They see paths, not
-``dir_fd`` tricks; C extensions or interpreter bugs can get around them; a
-process that escapes its group with ``setsid`` survives the group kill. This
-contains buggy and careless code (infinite loops, fork bombs, huge
-allocations, stray writes, network calls); for adversarial code run the whole
-evaluation in a container or VM with no network.
+The audit hook of :mod:`budgetmix.training.envs.sandbox_child` stays as a
+second layer that turns blocked actions into readable reasons. See
+``docs/security.md`` for the threat model and the guarantees per platform.
+
+Where no boundary can be set up, :func:`run_python` raises
+:class:`SandboxUnavailableError`, naming what is missing, unless the caller
+passes ``allow_unsafe=True``: then the code runs with the hook and rlimits
+only, and every such run logs a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from budgetmix.exceptions import ConfigError
+from budgetmix.exceptions import BudgetmixError, ConfigError
+from budgetmix.training.envs.sandbox_boundary import (
+    BOUNDARIES,
+    PROGRAM,
+    WORK,
+    bwrap_command,
+    interpreter,
+    missing_prerequisite,
+    unshare_command,
+)
+from budgetmix.training.envs.sandbox_cgroup import RunCgroup
+from budgetmix.training.envs.sandbox_child import BLOCK_EVENTS, BLOCK_IMPORTS, BOOTSTRAP
 
-__all__ = ["SandboxLimits", "SandboxResult", "run_python"]
+__all__ = [
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailableError",
+    "check_boundary",
+    "probe_boundary",
+    "run_python",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Which boundary a run asks for: the first available (``"auto"``) or one by name.
+BoundaryChoice = Literal["auto", "bwrap", "unshare"]
+
+# Fresh uids for runs started by root: above the ranges systemd and container tools use.
+_UID_BASE, _UID_SPAN = 0x70000000, 1 << 24
+
+
+class SandboxUnavailableError(BudgetmixError, RuntimeError):
+    """No OS boundary can be set up here, and the caller did not pass ``allow_unsafe=True``.
+
+    Attributes:
+        missing: one line per boundary tried, saying what it lacks.
+    """
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        self.missing = tuple(missing)
+        super().__init__(
+            "refusing to run untrusted code: no OS sandbox can be set up on this machine ("
+            + "; ".join(self.missing)
+            + "). Install bubblewrap (Debian: apt-get install bubblewrap), or pass "
+            "allow_unsafe=True to run it contained only by an in-process audit hook and rlimits."
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,13 +103,17 @@ class SandboxLimits:
 
     cpu_seconds: int = 5
     wall_seconds: float = 10.0
+    #: ``RLIMIT_AS`` of each process; the run's cgroup caps all of them together at
+    #: ``memory_bytes + disk_bytes`` (its files live in memory).
     memory_bytes: int = 512 * 2**20
     file_size_bytes: int = 2 * 2**20
     open_files: int = 64
-    #: ``RLIMIT_NPROC`` of the child's user (counts all its processes and threads).
+    #: Processes and threads of the run (``RLIMIT_NPROC`` of its uid, and its cgroup).
     max_processes: int = 16
     #: Characters of stdout and of stderr returned (the rest is dropped).
     output_chars: int = 64_000
+    #: Size of the run's directory, all files together (a tmpfs).
+    disk_bytes: int = 32 * 2**20
 
     def __post_init__(self) -> None:
         for name in (
@@ -75,6 +124,7 @@ class SandboxLimits:
             "open_files",
             "max_processes",
             "output_chars",
+            "disk_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -85,9 +135,11 @@ class SandboxResult:
     """What a sandboxed run did.
 
     ``ok`` is True when the program exited with status 0 in time. ``reason`` is
-    empty then; otherwise one of ``"timeout"``, ``"cpu time limit"``,
-    ``"memory limit"``, ``"file size limit"``, ``"blocked: <what>"``,
-    ``"killed by <signal>"`` or ``"exit code N: <last stderr line>"``.
+    empty then; otherwise one of ``"timeout after Ns"``, ``"cpu time limit"``,
+    ``"memory limit"``, ``"file size limit"``, ``"disk limit"``,
+    ``"blocked: <what>"``, ``"killed by <signal>"``, ``"sandbox setup failed:
+    <why>"`` or ``"exit code N: <last stderr line>"``. ``boundary`` names what
+    contained the run: ``"bwrap"``, ``"unshare"`` or ``"none"`` (``allow_unsafe``).
     """
 
     ok: bool
@@ -97,148 +149,13 @@ class SandboxResult:
     reason: str = ""
     timed_out: bool = False
     truncated: bool = False
+    boundary: str = ""
 
 
-# Runs in the child before the user code: limits, privilege drop, audit hook.
-_BOOTSTRAP = r"""
-import json, os, resource, sys
-_cfg = json.loads(sys.argv[1])
-def _lim(kind, soft, hard=None):
-    resource.setrlimit(kind, (soft, soft if hard is None else hard))
-_lim(resource.RLIMIT_CPU, _cfg["cpu"], _cfg["cpu"] + 1)
-_lim(resource.RLIMIT_AS, _cfg["mem"])
-_lim(resource.RLIMIT_FSIZE, _cfg["fsize"])
-_lim(resource.RLIMIT_NOFILE, _cfg["nofile"])
-_lim(resource.RLIMIT_CORE, 0)
-_lim(resource.RLIMIT_NPROC, _cfg["nproc"])
-if _cfg["uid"] is not None:
-    os.setgroups([])
-    os.setgid(_cfg["gid"])
-    os.setuid(_cfg["uid"])
-_work = _cfg["work"]
-os.chdir(_work)
-with open(_cfg["program"], "rb") as _f:
-    _code = compile(_f.read(), _cfg["program"], "exec")
-_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_IMPORTS = frozenset(_cfg["block_imports"])
-_EVENTS = frozenset(_cfg["block_events"])
-_PATHS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1,
-          "os.rename": 2, "os.truncate": 1, "os.utime": 1, "shutil.rmtree": 1,
-          "os.chflags": 1, "os.setxattr": 1, "os.removexattr": 1}
-_abspath, _fspath, _sep = os.path.abspath, os.fspath, os.sep
-def _inside(p):
-    if isinstance(p, int):
-        return True
-    try:
-        p = _fspath(p)
-    except TypeError:
-        return False
-    if isinstance(p, bytes):
-        p = p.decode("utf-8", "surrogateescape")
-    p = _abspath(p)
-    return p == _work or p.startswith(_work + _sep)
-def _deny(what):
-    raise PermissionError("[sandbox] blocked: " + what)
-def _hook(event, args):
-    if event == "open":
-        path, mode, flags = args
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & _WRITE)
-        if writing and not _inside(path):
-            _deny("writing outside the sandbox directory: %r" % (path,))
-    elif event == "import":
-        if args[0] and args[0].split(".")[0] in _IMPORTS:
-            _deny("import " + args[0])
-    elif event in _EVENTS or event.startswith("socket."):
-        _deny(event)
-    elif event in _PATHS:
-        for p in args[: _PATHS[event]]:
-            if not _inside(p):
-                _deny(event + " outside the sandbox directory: %r" % (p,))
-sys.argv = [_cfg["program"]]
-sys.addaudithook(_hook)
-del _f, _lim
-exec(_code, {"__name__": "__main__", "__file__": _cfg["program"], "__builtins__": __builtins__})
-"""
-
-_BLOCK_IMPORTS = (
-    "socket",
-    "_socket",
-    "ssl",
-    "_ssl",
-    "ctypes",
-    "_ctypes",
-    "_posixsubprocess",
-    "subprocess",
-    "multiprocessing",
-    "_multiprocessing",
-    "asyncio",
-    "urllib",
-    "http",
-    "ftplib",
-    "smtplib",
-    "pty",
-)
-_BLOCK_EVENTS = (
-    "os.fork",
-    "os.forkpty",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.system",
-    "os.startfile",
-    "subprocess.Popen",
-    "os.kill",
-    "os.killpg",
-    "signal.pthread_kill",
-    "resource.setrlimit",
-    "resource.prlimit",
-    "ctypes.dlopen",
-    "ctypes.dlsym",
-    "os.symlink",
-    "os.link",
-    "os.mkfifo",
-    "os.mknod",
-    "mmap.__new__",
-)
 _SIGNAL_REASONS = {
     signal.SIGXCPU: "cpu time limit",
     signal.SIGXFSZ: "file size limit",
 }
-
-
-def _stdlib_readable_by_others() -> bool:
-    """True when every directory down to the standard library is world-traversable."""
-    import stat
-    import sysconfig
-
-    path = os.path.realpath(sysconfig.get_paths()["stdlib"])
-    try:
-        if not os.stat(path).st_mode & stat.S_IROTH:
-            return False
-        while True:
-            if not os.stat(path).st_mode & stat.S_IXOTH:
-                return False
-            parent = os.path.dirname(path)
-            if parent == path:
-                return True
-            path = parent
-    except OSError:
-        return False
-
-
-def _nobody(drop: bool | None) -> tuple[int, int] | None:
-    if drop is False or os.geteuid() != 0:
-        return None
-    if drop is None and not _stdlib_readable_by_others():
-        return None
-    import pwd
-
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return entry.pw_uid, entry.pw_gid
 
 
 def _wait_unreaped(pid: int, timeout: float) -> bool:
@@ -280,7 +197,267 @@ def _reason(returncode: int, stderr: str) -> str:
         return "memory limit"
     if "[Errno 27]" in last:  # EFBIG: Python ignores SIGXFSZ, so RLIMIT_FSIZE shows up here
         return "file size limit"
+    if "[Errno 28]" in last:  # ENOSPC: the run's tmpfs is full
+        return "disk limit"
     return f"exit code {returncode}: {last}"[:300]
+
+
+def _stdlib_readable_by_others() -> bool:
+    """True when every directory down to the standard library is world-traversable."""
+    import stat
+    import sysconfig
+
+    path = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    try:
+        if not os.stat(path).st_mode & stat.S_IROTH:
+            return False
+        while True:
+            if not os.stat(path).st_mode & stat.S_IXOTH:
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                return True
+            path = parent
+    except OSError:
+        return False
+
+
+def _nobody(drop: bool | None) -> tuple[int, int] | None:
+    """The uid and gid the unsafe fallback drops to, if any (the old ``drop_privileges``)."""
+    if drop is False or os.geteuid() != 0:
+        return None
+    if drop is None and not _stdlib_readable_by_others():
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    """How to start one run: the argv before the interpreter's, and where things are inside."""
+
+    argv: list[str]
+    work: str
+    program: str
+    #: The uid and gid the bootstrap drops to (``None``: it stays who it is).
+    ids: tuple[int, int] | None
+
+
+def _launch(boundary: str | None, root: str, lim: SandboxLimits, drop: bool | None) -> _Launch:
+    """The command for ``boundary`` (``None``: the unsafe fallback), given the run directory."""
+    host_program = os.path.join(root, "main.py")
+    as_root = os.geteuid() == 0
+    fresh = _UID_BASE + secrets.randbelow(_UID_SPAN)
+    ids = (fresh, fresh) if as_root else None
+    if boundary == "bwrap":
+        argv = bwrap_command(disk_bytes=lim.disk_bytes, host_program=host_program, as_root=as_root)
+        return _Launch(argv, WORK, PROGRAM, ids)
+    if boundary == "unshare":
+        mount_dir = os.path.join(root, "view")
+        os.mkdir(mount_dir)
+        argv = unshare_command(
+            disk_bytes=lim.disk_bytes, host_program=host_program, mount_dir=mount_dir
+        )
+        return _Launch(argv, WORK, PROGRAM, ids)
+    work = os.path.join(root, "work")
+    os.mkdir(work)
+    program = os.path.join(work, "main.py")
+    shutil.copyfile(host_program, program)
+    nobody = _nobody(drop)
+    if nobody is not None:
+        os.chmod(root, 0o711)  # nobody may enter work/ but not read our output files
+        for path in (work, program):
+            os.chown(path, *nobody)
+    return _Launch([], work, program, nobody)
+
+
+def _config(launch: _Launch, lim: SandboxLimits, ready_fd: int, confined: bool) -> str:
+    """The bootstrap's settings, as its JSON argument."""
+    cfg = {
+        "cpu": lim.cpu_seconds,
+        "mem": lim.memory_bytes,
+        "fsize": lim.file_size_bytes,
+        "nofile": lim.open_files,
+        "nproc": lim.max_processes,
+        "uid": launch.ids[0] if launch.ids else None,
+        "gid": launch.ids[1] if launch.ids else None,
+        "need_unprivileged": confined,
+        "work": launch.work,
+        "program": launch.program,
+        "ready_fd": ready_fd,
+        "block_imports": BLOCK_IMPORTS,
+        "block_events": BLOCK_EVENTS,
+    }
+    return json.dumps(cfg)
+
+
+# Joins the cgroups whose `cgroup.procs` files follow the count, then becomes the boundary,
+# so that every process of the run is in them from its start.
+_JOIN = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; '
+    'n=$((n - 1)); done; exec "$@"'
+)
+_HOST_ENV = {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
+_PROBE_LIMITS = SandboxLimits(cpu_seconds=5, wall_seconds=20.0)
+
+
+def _command(
+    boundary: str | None, launch: _Launch, cfg: str, cgroup: RunCgroup | None
+) -> list[str]:
+    python = interpreter().executable if boundary is not None else sys.executable
+    argv = [*launch.argv, python, "-I", "-S", "-c", BOOTSTRAP, cfg]
+    if cgroup is None:
+        return argv
+    files = cgroup.procs_files
+    return ["/bin/sh", "-c", _JOIN, "sh", str(len(files)), *files, *argv]
+
+
+def _was_ready(fd: int) -> bool:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1) == b"1"
+    except BlockingIOError:
+        return False
+
+
+def _exit_status(returncode: int, boundary: str | None) -> int:
+    """The interpreter's status: the boundaries report a signal as ``128 + signal``."""
+    if boundary is not None and returncode > 128:
+        with contextlib.suppress(ValueError):
+            return -signal.Signals(returncode - 128)
+    return returncode
+
+
+def _outcome(
+    rc: int, stderr: str, *, timed_out: bool, ready: bool, cgroup: RunCgroup | None, wall: float
+) -> str:
+    if timed_out:
+        return f"timeout after {wall:g}s"
+    if not ready:
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        return ("sandbox setup failed: " + (lines[-1] if lines else f"exit code {rc}"))[:300]
+    if rc == 0:
+        return ""
+    if cgroup is not None and cgroup.oom_killed():
+        return "memory limit"
+    return _reason(rc, stderr)
+
+
+def _execute(
+    code: str,
+    lim: SandboxLimits,
+    boundary: str | None,
+    drop: bool | None,
+    *,
+    use_cgroup: bool = True,
+) -> SandboxResult:
+    """One run of ``code`` inside ``boundary`` (``None``: the unsafe fallback)."""
+    root = os.path.realpath(tempfile.mkdtemp(prefix="budgetmix-sandbox-"))
+    ready_r, ready_w = os.pipe()
+    cgroup: RunCgroup | None = None
+    try:
+        with open(os.path.join(root, "main.py"), "w", encoding="utf-8") as f:
+            f.write(code)
+        launch = _launch(boundary, root, lim, drop)
+        if boundary is not None and use_cgroup:
+            cgroup = RunCgroup.create(
+                memory_bytes=lim.memory_bytes + lim.disk_bytes, max_pids=lim.max_processes + 2
+            )
+        argv = _command(
+            boundary, launch, _config(launch, lim, ready_w, boundary is not None), cgroup
+        )
+        out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                argv,
+                cwd=launch.work if boundary is None else root,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                env=_HOST_ENV,
+                pass_fds=(ready_w,),
+            )
+            os.close(ready_w)
+            ready_w = -1
+            timed_out = not _wait_unreaped(proc.pid, lim.wall_seconds)
+            # Kill the whole group either way, so leftovers of a finished run die too. The
+            # child is not reaped yet (WNOWAIT), so its pid, and the group id, cannot be reused.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            if cgroup is not None:
+                cgroup.kill_all()
+            proc.wait()
+        stdout, cut_out = _read_capped(out_path, lim.output_chars)
+        stderr, cut_err = _read_capped(err_path, lim.output_chars)
+        ready = _was_ready(ready_r)
+        rc = _exit_status(proc.returncode, boundary)
+        reason = _outcome(
+            rc, stderr, timed_out=timed_out, ready=ready, cgroup=cgroup, wall=lim.wall_seconds
+        )
+        return SandboxResult(
+            ok=rc == 0 and ready and not timed_out,
+            returncode=None if timed_out else rc,
+            stdout=stdout,
+            stderr=stderr,
+            reason=reason,
+            timed_out=timed_out,
+            truncated=cut_out or cut_err,
+            boundary=boundary or "none",
+        )
+    finally:
+        for fd in (ready_r, ready_w):
+            if fd >= 0:
+                os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@functools.cache
+def probe_boundary(name: str) -> str:
+    """What boundary ``name`` lacks on this machine, ``""`` when it works.
+
+    Checks the prerequisites, then runs a trivial program through the whole
+    boundary; the answer is kept for the life of the process.
+    """
+    missing = missing_prerequisite(name)
+    if missing:
+        return missing
+    try:
+        trial = _execute("print('ok')", _PROBE_LIMITS, name, None, use_cgroup=False)
+    except OSError as exc:
+        return f"{name}: could not start: {exc}"
+    if trial.ok and trial.stdout == "ok\n":
+        return ""
+    return f"{name}: a trial run failed ({trial.reason or 'wrong output'})"
+
+
+def check_boundary(boundary: BoundaryChoice = "auto") -> str:
+    """The boundary runs will use: the first of ``bwrap``, ``unshare`` that works, or the one named.
+
+    Raises:
+        ConfigError: ``boundary`` is not ``"auto"``, ``"bwrap"`` or ``"unshare"``.
+        SandboxUnavailableError: none works here (the message says what each lacks).
+    """
+    if boundary == "auto":
+        names: tuple[str, ...] = BOUNDARIES
+    elif boundary in BOUNDARIES:
+        names = (boundary,)
+    else:
+        raise ConfigError(f"boundary: must be 'auto', 'bwrap' or 'unshare', got {boundary!r}")
+    missing = []
+    for name in names:
+        why = probe_boundary(name)
+        if not why:
+            return name
+        missing.append(why)
+    raise SandboxUnavailableError(missing)
 
 
 def run_python(
@@ -288,76 +465,35 @@ def run_python(
     *,
     limits: SandboxLimits | None = None,
     drop_privileges: bool | None = None,
+    allow_unsafe: bool = False,
+    boundary: BoundaryChoice = "auto",
 ) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a fresh sandboxed interpreter and wait for it.
 
-    The code is written to ``main.py`` in the temporary directory, so tracebacks
-    show its lines. ``drop_privileges`` only matters when the host is root:
-    ``None`` (default) drops to ``nobody`` when the standard library is readable
-    by other users (otherwise the child could not import it), ``True`` always,
-    ``False`` never.
-    Never raises for anything the code does; the failure is in the result.
+    The code is written to ``/work/main.py`` inside the run's view, so
+    tracebacks show its lines. ``boundary`` picks the OS boundary (default: the
+    first that works, see :func:`check_boundary`). ``allow_unsafe=True`` lets
+    the code run where none works, contained only by the audit hook and
+    rlimits, with a warning logged for each run; ``drop_privileges`` only
+    matters then, when the host is root: ``None`` (default) drops to ``nobody``
+    when the standard library is readable by other users, ``True`` always,
+    ``False`` never. Never raises for anything the code does; the failure is in
+    the result.
+
+    Raises:
+        SandboxUnavailableError: no boundary works here and ``allow_unsafe`` is False.
+        ConfigError: an unknown ``boundary``.
     """
     lim = limits or SandboxLimits()
-    root = tempfile.mkdtemp(prefix="budgetmix-sandbox-")
+    chosen: str | None
     try:
-        work = os.path.join(os.path.realpath(root), "work")
-        os.mkdir(work)
-        program = os.path.join(work, "main.py")
-        with open(program, "w", encoding="utf-8") as f:
-            f.write(code)
-        ids = _nobody(drop_privileges)
-        if ids is not None:
-            os.chmod(root, 0o711)  # nobody may enter work/ but not read our output files
-            for path in (work, program):
-                os.chown(path, *ids)
-        cfg = {
-            "cpu": lim.cpu_seconds,
-            "mem": lim.memory_bytes,
-            "fsize": lim.file_size_bytes,
-            "nofile": lim.open_files,
-            "nproc": lim.max_processes,
-            "uid": ids[0] if ids else None,
-            "gid": ids[1] if ids else None,
-            "work": work,
-            "program": program,
-            "block_imports": _BLOCK_IMPORTS,
-            "block_events": _BLOCK_EVENTS,
-        }
-        out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, json.dumps(cfg)],
-                cwd=work,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
-            )
-            timed_out = not _wait_unreaped(proc.pid, lim.wall_seconds)
-            # Kill the whole group either way, so leftovers of a finished run die too. The
-            # child is not reaped yet (WNOWAIT), so its pid, and the group id, cannot be reused.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        stdout, cut_out = _read_capped(out_path, lim.output_chars)
-        stderr, cut_err = _read_capped(err_path, lim.output_chars)
-        rc = proc.returncode
-        if timed_out:
-            reason = f"timeout after {lim.wall_seconds:g}s"
-        elif rc == 0:
-            reason = ""
-        else:
-            reason = _reason(rc, stderr)
-        return SandboxResult(
-            ok=rc == 0 and not timed_out,
-            returncode=None if timed_out else rc,
-            stdout=stdout,
-            stderr=stderr,
-            reason=reason,
-            timed_out=timed_out,
-            truncated=cut_out or cut_err,
+        chosen = check_boundary(boundary)
+    except SandboxUnavailableError as exc:
+        if not allow_unsafe:
+            raise
+        _log.warning(
+            "running untrusted code without an OS sandbox (allow_unsafe=True): %s",
+            "; ".join(exc.missing),
         )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        chosen = None
+    return _execute(code, lim, chosen, drop_privileges)
