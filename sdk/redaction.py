@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +15,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import Attributes, AttributeValue
 
-__all__ = ["REDACTED", "RedactingSpanExporter", "redact_attributes"]
+__all__ = [
+    "REDACTED",
+    "RedactingSpanExporter",
+    "redact_attributes",
+    "redact_content",
+    "redact_text",
+]
 
 REDACTED = "[REDACTED]"
 # Attribute keys whose whole value is a credential: matched on the end of the key so
@@ -23,18 +31,80 @@ _SECRET_KEY = re.compile(
     r"(?:access|refresh|auth|id|session|bearer)[_\-]token|cookie|private[_\-]key)$",
     re.IGNORECASE,
 )
-# Credentials recognisable by their shape, wherever they appear inside a string.
-_SECRET_VALUE = re.compile(
-    r"\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI (sk-, sk-proj-) and Anthropic (sk-ant-) keys
-    r"|\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\bhf_[A-Za-z0-9]{20,}|\bxox[abprs]-[A-Za-z0-9\-]{10,}"
-    r"|\bAKIA[0-9A-Z]{16}\b|\bAIza[0-9A-Za-z_\-]{30,}"
+# Where a key may start: not glued to a letter or digit, or right after an escape
+# (`\n`, `\t`, `\x01`, `\u0001`, `\U0001f600`, `\033`) as JSON or repr() writes one
+# inside text that was already encoded (tool arguments are JSON strings; exception
+# messages hold reprs).
+_START = (
+    r"(?:(?<![A-Za-z0-9])|(?<=\\[nrtbfv0])|(?<=\\[0-7]{3})|(?<=\\x[0-9A-Fa-f]{2})"
+    r"|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\U[0-9A-Fa-f]{8}))"
 )
+# Credentials recognisable by their shape, wherever they appear inside a string.
+_SHAPES = (
+    r"sk-[A-Za-z0-9_\-]{8,}",  # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-)
+    r"(?i:bearer)(?:\s|\\[nrt])+[A-Za-z0-9._~+/=\-]{8,}",
+    r"gh[pousr]_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"hf_[A-Za-z0-9]{20,}",
+    r"xox[abprs]-[A-Za-z0-9\-]{10,}",
+    r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}",  # AWS access key ids
+    r"AIza[0-9A-Za-z_\-]{30,}",  # Google API keys
+)
+# `name: value` / `name=value` where the name says the value is a credential (an echoed
+# header, a query string, a config dump): only the value is masked.
+_LABELLED = (
+    r"(?i:authorization|api[_\-]?key|client[_\-]secret|secret[_\-]access[_\-]key|"
+    r"(?:access|refresh|auth|session|id)[_\-]token|password|passwd)"
+    r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?(?P<value>(?:(?i:bearer|basic|token)[ \t]+)?[^\s\"',;\\]+)"
+)
+_PATTERNS = tuple(re.compile(_START + p) for p in (*_SHAPES, _LABELLED))
+# One pass to tell whether a string needs masking at all (the common answer is no).
+_SECRET_VALUE = re.compile("|".join(f"(?:{_START}{p})" for p in (*_SHAPES, _LABELLED)))
 
 
-def _scrub_text(text: str) -> str:
-    return _SECRET_VALUE.sub(REDACTED, text)
+def _masked_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds a credential, as merged ``(start, end)`` ranges.
+
+    Each pattern is matched on its own, so a match that begins before a key (``Bearer``
+    in front of an ``sk-`` key) cannot hide the part of the key it does not cover.
+    """
+    found = sorted(
+        m.span("value") if "value" in pattern.groupindex else m.span()
+        for pattern in _PATTERNS
+        for m in pattern.finditer(text)
+    )
+    merged: list[tuple[int, int]] = []
+    for start, end in found:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every credential-shaped substring replaced by :data:`REDACTED`.
+
+    Recognised: OpenAI ``sk-``/``sk-proj-`` and Anthropic ``sk-ant-`` keys, ``Bearer``
+    tokens, AWS access key ids (``AKIA``/``ASIA``), GitHub, Hugging Face, Slack and
+    Google tokens, and the value after a credential name (``Authorization:``,
+    ``x-api-key=``, ``"password": ``). A key counts at a line start, after a tab or
+    any other non-alphanumeric character, and after a JSON or ``repr`` escape
+    (``\\n``, ``\\t``, ``\\u0001``), so text that was already encoded is masked too.
+    """
+    if _SECRET_VALUE.search(text) is None:
+        return text
+    parts: list[str] = []
+    last = 0
+    for start, end in _masked_spans(text):
+        parts.append(text[last:start])
+        parts.append(REDACTED)
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+_scrub_text = redact_text
 
 
 def _scrub_value(value: AttributeValue) -> AttributeValue:
@@ -56,9 +126,8 @@ def redact_attributes(attributes: Attributes) -> dict[str, AttributeValue]:
 
     A key named like a credential (``authorization``, ``api_key``, ``x-api-key``,
     ``*_secret``, ``password``, ``*_token`` other than usage counts, ``cookie``) has
-    its whole value replaced; inside any other string value, substrings shaped like
-    keys (``sk-...``, ``sk-ant-...``, ``Bearer ...``, GitHub/HF/Slack/AWS/Google
-    tokens) are replaced. Never raises.
+    its whole value replaced; inside any other string value, credentials are masked
+    as :func:`redact_text` does. Never raises.
     """
     out: dict[str, AttributeValue] = {}
     for key, value in (attributes or {}).items():
@@ -83,6 +152,88 @@ def _has_secret(attributes: Attributes) -> bool:
 def _redacted_or_none(attributes: Attributes) -> dict[str, AttributeValue] | None:
     """The redacted copy, or None when nothing needs masking (the common, copy-free case)."""
     return redact_attributes(attributes) if _has_secret(attributes) else None
+
+
+# ---------------------------------------------------------------- captured content
+
+_MAX_DEPTH = 64  # deeper content is cut, far below Python's recursion limit
+_CYCLE = "[cycle]"
+_TOO_DEEP = "[too deep]"
+
+
+def _type_name(value: object) -> str:
+    try:
+        return str(type(value).__qualname__)
+    except Exception:
+        return "object"
+
+
+def _text_of(value: object) -> str:
+    """``str(value)``, else ``repr(value)``, else a placeholder naming the type; masked."""
+    for render in (str, repr):
+        try:
+            return redact_text(str.__str__(render(value)))
+        except Exception:  # a hostile __str__/__repr__: try the next, then give up
+            continue
+    return f"[unrepresentable {_type_name(value)}]"
+
+
+def _json_ready(value: object, depth: int, path: set[int]) -> object:
+    """``value`` as plain JSON data with every string masked; never raises."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return redact_text(str.__str__(value))
+    if isinstance(value, int):
+        try:
+            int.__repr__(value)  # beyond Python's digit limit there is no decimal text
+        except ValueError:
+            return f"[int of {value.bit_length()} bits]"
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else float.__repr__(value)
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return _text_of(value)
+    if depth >= _MAX_DEPTH:
+        return _TOO_DEEP
+    if id(value) in path:
+        return _CYCLE
+    path.add(id(value))
+    try:
+        if isinstance(value, dict):
+            return _json_ready_dict(value, depth, path)
+        return [_json_ready(item, depth + 1, path) for item in value]
+    except Exception:  # mutated while read, a hostile __iter__ or __hash__
+        return f"[unreadable {_type_name(value)}]"
+    finally:
+        path.discard(id(value))
+
+
+def _json_ready_dict(value: dict[Any, Any], depth: int, path: set[int]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, item in list(dict.items(value)):
+        name = redact_text(str.__str__(key)) if isinstance(key, str) else _text_of(key)
+        out[name] = REDACTED if _is_secret_key(name) else _json_ready(item, depth + 1, path)
+    return out
+
+
+def redact_content(value: object) -> str:
+    """The text that content capture puts on a span for ``value``, credentials masked.
+
+    A string is kept as it is; anything else becomes JSON. Masking happens on the
+    strings inside ``value`` *before* encoding (so an escape such as ``\\n`` never hides
+    a key), and a value under a credential-named key (``api_key``, ``Authorization``,
+    ``password``, ...) is replaced whole. The encoding is total: non-string keys are
+    written as text, a cycle as ``"[cycle]"``, nesting beyond 64 levels as
+    ``"[too deep]"``, an object as its ``str()`` (else ``repr()``, else a placeholder
+    naming its type). Never raises.
+    """
+    if isinstance(value, str):
+        return redact_text(str.__str__(value))
+    try:
+        return json.dumps(_json_ready(value, 0, set()))
+    except Exception:  # unreachable for plain JSON data; a guard, not a path
+        return f"[unencodable {_type_name(value)}]"
 
 
 class _RedactedSpan(ReadableSpan):
@@ -177,6 +328,3 @@ class RedactingSpanExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the wrapped exporter."""
         return self.inner.force_flush(timeout_millis)
-
-
-# ---------------------------------------------------------------- JSONL

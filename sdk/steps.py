@@ -7,7 +7,6 @@ context managers that end their span and record their outcome.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,11 +32,14 @@ T = TypeVar("T")
 
 
 def _set_content(span: Span, key: str, value: Any) -> None:
-    """Opt-in content goes on the span with credentials masked (never a secret in a trace)."""
-    from budgetmix.redaction import redact_attributes
+    """Opt-in content goes on the span with credentials masked (never a secret in a trace).
 
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    span.set_attributes(redact_attributes({key: text}))
+    The text comes from :func:`~budgetmix.redaction.redact_content`, which masks before
+    encoding and never raises: whatever a tool returns, capturing it cannot change
+    the episode's outcome."""
+    from budgetmix.redaction import redact_content
+
+    span.set_attribute(key, redact_content(value))
 
 
 class Turn:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
+import pytest
 from budgetmix import Budget, BudgetController
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -58,3 +62,68 @@ def test_set_output_survives_to_the_result() -> None:
     assert ep.result is not None
     assert ep.result.final_output == "best effort"
     assert ep.result.status == "failed"  # ended without finish() and without a refusal
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
+def _cycle() -> list[object]:
+    loop: list[object] = ["loop"]
+    loop.append(loop)
+    return loop
+
+
+UNENCODABLE = {
+    "non_str_keys": lambda: {("a", 1): "tuple key"},
+    "cycle": _cycle,
+    "repr_raises": lambda: {"value": _Unprintable()},
+    "huge_int": lambda: 10**5000,
+}
+
+
+def _outcome(capture: bool, result: object) -> tuple[str, bool | None, int]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    controller = BudgetController(
+        Budget(turns=2), tracer_provider=provider, capture_content=capture
+    )
+    with controller.episode() as ep:
+        turn = ep.begin_turn(model="m")
+        turn.record_content(input_messages=[result], output_messages=result)
+        (call,) = ep.tool_batch(["lookup"], ["c1"])
+        call.record_arguments(result)
+        call.succeed(result)
+        ep.finish(success=True, output="done")
+    assert ep.result is not None
+    return str(ep.result.status), call.ok, len(exporter.get_finished_spans())
+
+
+@pytest.mark.parametrize("make", UNENCODABLE.values(), ids=UNENCODABLE.keys())
+def test_capturing_content_never_changes_the_outcome(make: Callable[[], object]) -> None:
+    off = _outcome(False, make())
+    on = _outcome(True, make())
+    assert on == off == ("success", True, 3)
+
+
+def test_unencodable_content_is_captured_as_placeholders() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    controller = BudgetController(Budget(turns=2), tracer_provider=provider, capture_content=True)
+    with controller.episode() as ep:
+        ep.begin_turn()
+        (call,) = ep.tool_batch(["lookup"], ["c1"])
+        call.succeed({"loop": _cycle(), "odd": _Unprintable(), (1, 2): "k"})
+        ep.finish(success=True)
+    (tool,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    result = json.loads(str((tool.attributes or {})["gen_ai.tool.call.result"]))
+    assert result == {
+        "loop": ["loop", "[cycle]"],
+        "odd": "[unrepresentable _Unprintable]",
+        "(1, 2)": "k",
+    }
