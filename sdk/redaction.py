@@ -31,35 +31,54 @@ _SECRET_KEY = re.compile(
     r"(?:access|refresh|auth|id|session|bearer)[_\-]token|cookie|private[_\-]key)$",
     re.IGNORECASE,
 )
-# Where a key may start: not glued to a letter or digit, or right after an escape
-# (`\n`, `\t`, `\x01`, `\u0001`, `\U0001f600`, `\033`) as JSON or repr() writes one
-# inside text that was already encoded (tool arguments are JSON strings; exception
-# messages hold reprs).
-_START = (
-    r"(?:(?<![A-Za-z0-9])|(?<=\\[nrtbfv0])|(?<=\\[0-7]{3})|(?<=\\x[0-9A-Fa-f]{2})"
-    r"|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\U[0-9A-Fa-f]{8}))"
-)
+# JSON and repr() escapes (`\n`, `\t`, `\x01`, `\u0001`, `\U0001f600`, `\033`): text that
+# was already encoded (tool arguments are JSON strings, exception messages hold reprs)
+# puts one right before a key, and its last character is a letter or digit.
+_ESCAPES = (r"[nrtbfv0]", r"[0-7]{3}", r"x[0-9A-Fa-f]{2}", r"u[0-9A-Fa-f]{4}", r"U[0-9A-Fa-f]{8}")
+
+
+def _key_start(prefix: str) -> str:
+    """``prefix`` (fixed width) where a key may start: not glued to a letter or digit,
+    or right after an escape. The check follows the literal so the regex engine can
+    skip ahead to the prefix's first character (a leading lookbehind would stop that)."""
+    after_escape = "".join(f"|(?<=\\\\{esc}{prefix})" for esc in _ESCAPES)
+    return f"{prefix}(?:(?<![A-Za-z0-9]{prefix}){after_escape})"
+
+
 # Credentials recognisable by their shape, wherever they appear inside a string.
 _SHAPES = (
-    r"sk-[A-Za-z0-9_\-]{8,}",  # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-)
-    r"(?i:bearer)(?:\s|\\[nrt])+[A-Za-z0-9._~+/=\-]{8,}",
-    r"gh[pousr]_[A-Za-z0-9]{20,}",
-    r"github_pat_[A-Za-z0-9_]{20,}",
-    r"hf_[A-Za-z0-9]{20,}",
-    r"xox[abprs]-[A-Za-z0-9\-]{10,}",
-    r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}",  # AWS access key ids
-    r"AIza[0-9A-Za-z_\-]{30,}",  # Google API keys
+    _key_start("sk-") + r"[A-Za-z0-9_\-]{8,}",  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-)
+    _key_start("(?i:bearer)") + r"(?:\s|\\[nrt])+[A-Za-z0-9._~+/=\-]{8,}",
+    _key_start("gh[pousr]_") + r"[A-Za-z0-9]{20,}",
+    _key_start("github_pat_") + r"[A-Za-z0-9_]{20,}",
+    _key_start("hf_") + r"[A-Za-z0-9]{20,}",
+    _key_start("xox[abprs]-") + r"[A-Za-z0-9\-]{10,}",
+    _key_start("(?:AKIA|ASIA|ABIA|ACCA)") + r"[0-9A-Z]{16}",  # AWS access key ids
+    _key_start("AIza") + r"[0-9A-Za-z_\-]{30,}",  # Google API keys
 )
+_SHAPE = re.compile("|".join(_SHAPES))
+_SHAPE_PATTERNS = tuple(re.compile(p) for p in _SHAPES)
 # `name: value` / `name=value` where the name says the value is a credential (an echoed
-# header, a query string, a config dump): only the value is masked.
-_LABELLED = (
+# header, a query string, a config dump): only the value is masked. Each name holds one
+# of _LABEL_WORDS, a substring test that spares most text the regex.
+_LABELLED = re.compile(
     r"(?i:authorization|api[_\-]?key|client[_\-]secret|secret[_\-]access[_\-]key|"
     r"(?:access|refresh|auth|session|id)[_\-]token|password|passwd)"
-    r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?(?P<value>(?:(?i:bearer|basic|token)[ \t]+)?[^\s\"',;\\]+)"
+    r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
+    r"(?P<value>(?:(?i:bearer|basic|token)[ \t]+)?[^\s\"',;\\]+)"
 )
-_PATTERNS = tuple(re.compile(_START + p) for p in (*_SHAPES, _LABELLED))
-# One pass to tell whether a string needs masking at all (the common answer is no).
-_SECRET_VALUE = re.compile("|".join(f"(?:{_START}{p})" for p in (*_SHAPES, _LABELLED)))
+_LABEL_WORDS = ("authoriz", "api", "secret", "token", "passw")
+
+
+def _has_label(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in _LABEL_WORDS) and _LABELLED.search(text) is not None
+
+
+def _needs_masking(text: str) -> bool:
+    """Whether ``text`` holds anything :func:`redact_text` would mask (the common answer
+    is no, and this is the check every exported string goes through)."""
+    return _SHAPE.search(text) is not None or _has_label(text)
 
 
 def _masked_spans(text: str) -> list[tuple[int, int]]:
@@ -68,11 +87,9 @@ def _masked_spans(text: str) -> list[tuple[int, int]]:
     Each pattern is matched on its own, so a match that begins before a key (``Bearer``
     in front of an ``sk-`` key) cannot hide the part of the key it does not cover.
     """
-    found = sorted(
-        m.span("value") if "value" in pattern.groupindex else m.span()
-        for pattern in _PATTERNS
-        for m in pattern.finditer(text)
-    )
+    found = sorted(m.span() for pattern in _SHAPE_PATTERNS for m in pattern.finditer(text))
+    found += [m.span("value") for m in _LABELLED.finditer(text)]
+    found.sort()
     merged: list[tuple[int, int]] = []
     for start, end in found:
         if merged and start <= merged[-1][1]:
@@ -92,7 +109,7 @@ def redact_text(text: str) -> str:
     any other non-alphanumeric character, and after a JSON or ``repr`` escape
     (``\\n``, ``\\t``, ``\\u0001``), so text that was already encoded is masked too.
     """
-    if _SECRET_VALUE.search(text) is None:
+    if not _needs_masking(text):
         return text
     parts: list[str] = []
     last = 0
@@ -140,10 +157,10 @@ def _has_secret(attributes: Attributes) -> bool:
         if _is_secret_key(key):
             return True
         if isinstance(value, str):
-            if _SECRET_VALUE.search(value):
+            if _needs_masking(value):
                 return True
         elif isinstance(value, Sequence) and any(
-            isinstance(v, str) and _SECRET_VALUE.search(v) for v in value
+            isinstance(v, str) and _needs_masking(v) for v in value
         ):
             return True
     return False
@@ -282,11 +299,9 @@ class RedactingSpanExporter(SpanExporter):
         return (
             resource is span.resource
             and not _has_secret(span.attributes)
-            and not _SECRET_VALUE.search(span.name)
-            and not _SECRET_VALUE.search(span.status.description or "")
-            and not any(
-                _has_secret(e.attributes) or _SECRET_VALUE.search(e.name) for e in span.events
-            )
+            and not _needs_masking(span.name)
+            and not _needs_masking(span.status.description or "")
+            and not any(_has_secret(e.attributes) or _needs_masking(e.name) for e in span.events)
             and not any(_has_secret(link.attributes) for link in span.links)
         )
 
