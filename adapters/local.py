@@ -26,7 +26,8 @@ import asyncio
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +40,8 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
+#: A Hugging Face Hub model id: ``name`` or ``owner/name`` (nothing path-like).
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 ToolsIn = Literal["auto", "template", "system"]
 
@@ -94,6 +97,40 @@ def _tool_system_text(tools: Sequence[ToolSpec]) -> str:
         f'{TOOL_CALL_OPEN}{{"name": <tool name>, "arguments": {{...}}}}{TOOL_CALL_CLOSE}.\n'
         f"Tools: {json.dumps(specs)}"
     )
+
+
+def _local_model_dir(path: str | Path, *, local_files_only: bool) -> bool:
+    """``True`` for a local directory (its manifest verified); ``False`` for a Hub id.
+
+    Raises:
+        ConfigError: ``path`` is no directory and may not, or cannot, name a Hub model.
+        CheckpointError: a file the directory's manifest lists is damaged.
+    """
+    if Path(path).is_dir():
+        from budgetmix.training.manifest import verify_manifest
+
+        verify_manifest(path)
+        return True
+    text = str(path)
+    if local_files_only:
+        raise ConfigError(
+            f"path {text!r} is not a local model directory (local_files_only: no download)"
+        )
+    if Path(path).exists() or not _HUB_ID.fullmatch(text) or ".." in text or "--" in text:
+        raise ConfigError(f"path {text!r} is neither a local model directory nor a Hub model id")
+    return False
+
+
+@contextmanager
+def _loading_errors(local: str | Path | None) -> Iterator[None]:
+    """Loader failures on a local directory as a CheckpointError naming it."""
+    if local is None:
+        yield
+        return
+    from budgetmix.training.models import loading_errors
+
+    with loading_errors(local):
+        yield
 
 
 class LocalChatModel:
@@ -166,12 +203,17 @@ class LocalChatModel:
         """Load model and tokenizer with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
 
         Weights are read from safetensors only (``use_safetensors=True``). ``path``
-        is a local directory or a Hub id (``local_files_only=True`` forbids downloads).
-        ``options`` go to the constructor.
+        is a local directory or a Hub id (``local_files_only=True`` forbids downloads);
+        a local directory is never looked up on the Hub, and one that budgetmix
+        wrote is verified against its ``manifest.json`` first. ``options`` go to
+        the constructor.
 
         Raises:
             MissingExtraError: torch/transformers are not installed.
-            ConfigError: unknown ``dtype``.
+            ConfigError: unknown ``dtype``, or ``path`` is no local directory (and,
+                with ``local_files_only``, or not shaped like a Hub id, names no model).
+            CheckpointError: a file of the directory is damaged (the message names it)
+                or the model in it cannot be loaded.
         """
         torch = _import("torch")
         transformers = _import("transformers")
@@ -182,18 +224,20 @@ class LocalChatModel:
         }.get(dtype)
         if torch_dtype is None:
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-        tokenizer = transformers.AutoTokenizer.from_pretrained(
-            str(path), local_files_only=local_files_only
-        )
+        local = _local_model_dir(path, local_files_only=local_files_only)
         # transformers 4.56 renamed torch_dtype to dtype; pass whichever this version takes.
         major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
         dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(path),
-            use_safetensors=True,
-            local_files_only=local_files_only,
-            **{dtype_kw: torch_dtype},
-        )
+        with _loading_errors(path if local else None):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                str(path), local_files_only=local_files_only or local
+            )
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(path),
+                use_safetensors=True,
+                local_files_only=local_files_only or local,
+                **{dtype_kw: torch_dtype},
+            )
         if device is not None:
             model = model.to(device)
         model.eval()

@@ -7,26 +7,52 @@ Layout of a checkpoint directory::
     rng.safetensors          torch CPU RNG and extra RNG states (a sampler per process)
     state.json               step, optimizer param groups and scalars, scheduler,
                              Python RNG state, the config, the metrics so far
+    manifest.json            size and SHA-256 of each file above (written last)
 
 Loading uses ``safetensors.torch.load_file`` and ``json``; nothing is
-unpickled, so a checkpoint from an untrusted source cannot run code.
+unpickled, so a checkpoint from an untrusted source cannot run code. Loading
+verifies the manifest first, so a truncated or bit-flipped file is a
+:class:`~budgetmix.exceptions.CheckpointError` naming it, never a silently
+different model. Saving is atomic (see :mod:`budgetmix.training.manifest`):
+a kill at any point leaves the previous or the new checkpoint, and
+:func:`latest_checkpoint` finds it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from budgetmix.exceptions import ConfigError
+from budgetmix.exceptions import CheckpointError
+from budgetmix.training.manifest import (
+    MANIFEST_NAME,
+    find_published,
+    publish_directory,
+    stage_directory,
+    verify_manifest,
+)
+from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-__all__ = ["TrainingState", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FILES",
+    "TrainingState",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+#: The files of a checkpoint directory besides its manifest.
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors", "state.json")
+
+#: What reading a damaged file can raise, turned into CheckpointError at this boundary.
+_READ_ERRORS = (SafetensorError, OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,33 +105,60 @@ def save_checkpoint(
     step: int,
     scalars: Mapping[str, Any],
 ) -> Path:
-    """Write a checkpoint to ``directory`` atomically (temp dir, then rename); returns it."""
+    """Write a checkpoint to ``directory`` atomically; returns ``directory``.
+
+    The files go into ``<directory>.tmp`` with a manifest, are fsynced, and are
+    swapped in by renames; what an earlier killed save left is settled first.
+    """
     final = Path(directory)
-    tmp = final.with_name(final.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    staged = stage_directory(final)
     # save_model de-duplicates tied weights (embeddings shared with the LM head).
-    save_model(model, str(tmp / "model.safetensors"))
+    save_model(model, str(staged / "model.safetensors"))
     opt_tensors, opt_meta = _optimizer_split(optimizer.state_dict())
-    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    save_file(opt_tensors, str(staged / "optimizer.safetensors"))
     tensors = {"torch_cpu": torch.get_rng_state(), **rng_tensors}
-    save_file(tensors, str(tmp / "rng.safetensors"))
+    save_file(tensors, str(staged / "rng.safetensors"))
     state = {
         "step": step,
         "optimizer": opt_meta,
         "python_rng": _python_rng_to_json(rng),
         "scalars": dict(scalars),
     }
-    (tmp / "state.json").write_text(json.dumps(state))
-    if final.exists():
-        old = final.with_name(final.name + ".old")
-        os.replace(final, old)
-        os.replace(tmp, final)
-        for f in old.iterdir():
-            f.unlink()
-        old.rmdir()
-    else:
-        os.replace(tmp, final)
-    return final
+    (staged / "state.json").write_text(json.dumps(state))
+    return publish_directory(staged, final)
+
+
+def _verify(d: Path) -> None:
+    """Verify ``d``'s manifest; without one (an older checkpoint) warn and check presence."""
+    if not d.is_dir():
+        raise CheckpointError(f"resume: {str(d)!r} is not a checkpoint directory", d)
+    if verify_manifest(d, expect=CHECKPOINT_FILES):
+        return
+    for name in CHECKPOINT_FILES:
+        if not (d / name).is_file():
+            raise CheckpointError(f"resume: {str(d / name)!r} is missing", d / name)
+    warnings.warn(
+        f"checkpoint {str(d)!r} has no {MANIFEST_NAME} (saved by an older budgetmix); "
+        "loading it without checksum verification",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_bytes())
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an integer >= 0, got {step!r}")
+        if not isinstance(state["scalars"], dict):
+            raise ValueError("scalars must be an object")
+        missing = [key for key in ("optimizer", "python_rng") if key not in state]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+    except _READ_ERRORS as exc:
+        raise CheckpointError(f"resume: {str(path)!r} is damaged: {exc!r}", path) from exc
+    return dict(state)
 
 
 def load_checkpoint(
@@ -117,26 +170,38 @@ def load_checkpoint(
 ) -> TrainingState:
     """Restore weights, optimizer and RNGs in place; returns step, scalars and RNG tensors.
 
+    Every file is verified against the manifest before anything is loaded.
+
     Raises:
-        ConfigError: ``directory`` is not a complete checkpoint.
+        CheckpointError: ``directory`` is not a complete checkpoint, or a file in it is
+            damaged (the message and ``path`` name the file).
     """
     d = Path(directory)
-    needed = ("model.safetensors", "optimizer.safetensors", "rng.safetensors", "state.json")
-    missing = [n for n in needed if not (d / n).is_file()]
-    if missing:
-        raise ConfigError(f"resume: {str(d)!r} is not a checkpoint (missing {', '.join(missing)})")
-    device = next(model.parameters()).device
-    load_model(model, str(d / "model.safetensors"), device=str(device))
-    state = json.loads((d / "state.json").read_text())
-    opt_tensors = load_file(str(d / "optimizer.safetensors"), device=str(device))
-    optimizer.load_state_dict(_optimizer_join(opt_tensors, state["optimizer"]))
-    rngs = load_file(str(d / "rng.safetensors"))
-    torch.set_rng_state(rngs["torch_cpu"])
-    rng.setstate(_python_rng_from_json(state["python_rng"]))
-    return TrainingState(step=int(state["step"]), scalars=state["scalars"], tensors=rngs)
+    _verify(d)
+    state = _read_state(d / "state.json")
+    device = str(next(model.parameters()).device)
+    current = d / "model.safetensors"
+    try:
+        load_model(model, str(current), device=device)
+        current = d / "optimizer.safetensors"
+        opt_tensors = load_file(str(current), device=device)
+        optimizer.load_state_dict(_optimizer_join(opt_tensors, state["optimizer"]))
+        current = d / "rng.safetensors"
+        rngs = load_file(str(current))
+        torch.set_rng_state(rngs["torch_cpu"])
+        current = d / "state.json"
+        rng.setstate(_python_rng_from_json(state["python_rng"]))
+    except _READ_ERRORS as exc:
+        raise CheckpointError(
+            f"resume: {str(current)!r} cannot be loaded: {exc!r}", current
+        ) from exc
+    return TrainingState(step=state["step"], scalars=state["scalars"], tensors=rngs)
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """``<output_dir>/checkpoint`` when it holds a complete checkpoint, else ``None``."""
-    d = Path(output_dir) / "checkpoint"
-    return d if (d / "state.json").is_file() else None
+    """The checkpoint to resume from in ``output_dir``, or ``None`` when there is none.
+
+    Normally ``<output_dir>/checkpoint``; after a kill during a save, whichever
+    complete copy that save left (``checkpoint.tmp`` or ``checkpoint.old``).
+    """
+    return find_published(Path(output_dir) / "checkpoint")

@@ -69,8 +69,18 @@ class MetricsLog:
         """Drop records of steps after ``step`` (written by a run killed after its checkpoint)."""
         if not self.path.exists():
             return
-        kept = [line for line in self.read() if int(line["step"]) <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line torn by the kill: its step reruns and is written again
+            if int(record["step"]) <= step:
+                kept.append(record)
+        # write aside and rename, so a second kill here cannot cut the log short
+        staged = self.path.with_name(self.path.name + ".tmp")
+        staged.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        staged.replace(self.path)
 
     def write(self, record: Mapping[str, Any]) -> None:
         with self.path.open("a") as fh:

@@ -1,21 +1,25 @@
 """Policy models: any local Hugging Face causal LM by path, or a tiny one built from a config.
 
 Nothing here downloads: ``from_pretrained`` is always called with
-``local_files_only=True``. Tiny models (a few layers, hidden size 64) are
-built from a transformers config and paired with the char-level tokenizer of
-:mod:`budgetmix.training.tokenizer`.
+``local_files_only=True`` and ``use_safetensors=True``, after the directory's
+``manifest.json`` (when it has one) has been verified. Tiny models (a few
+layers, hidden size 64) are built from a transformers config and paired with
+the char-level tokenizer of :mod:`budgetmix.training.tokenizer`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgetmix.exceptions import ConfigError
+from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.training._deps import require
+from budgetmix.training.manifest import verify_manifest
 
-__all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained"]
+__all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained", "loading_errors"]
 
 _ARCHS = ("llama", "qwen2")
 
@@ -91,11 +95,17 @@ def build_tiny_model(spec: TinyModelSpec, tokenizer: Any, *, seed: int = 0) -> A
 
 
 def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
-    """Load ``(model, tokenizer)`` from a local directory; never downloads.
+    """Load ``(model, tokenizer)`` from a local directory; never downloads, never unpickles.
+
+    A directory budgetmix wrote carries a ``manifest.json``; every file it
+    lists is verified (size and SHA-256) before anything is loaded. A
+    directory without one (a Hugging Face model of your own) loads unverified.
+    Weights are read from safetensors only.
 
     Raises:
         ConfigError: ``path`` is not a directory, the tokenizer has no chat
             template, or ``dtype`` is unknown.
+        CheckpointError: a file is damaged (the message names it) or cannot be loaded.
         MissingExtraError: torch/transformers are not installed.
     """
     require("torch")
@@ -112,15 +122,37 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
     }.get(dtype)
     if torch_dtype is None:
         raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    verify_manifest(path)
+    with loading_errors(path):
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if tokenizer.chat_template is None:
         raise ConfigError(f"tokenizer at {str(path)!r} has no chat template")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), local_files_only=True, dtype=torch_dtype
-    )
+    with loading_errors(path):
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, use_safetensors=True, dtype=torch_dtype
+        )
     return model, tokenizer
+
+
+@contextmanager
+def loading_errors(path: str | Path) -> Iterator[None]:
+    """Turn what transformers raises on a broken local model into a CheckpointError.
+
+    Raises:
+        CheckpointError: naming ``path`` and carrying the loader's message.
+    """
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise CheckpointError(
+            f"could not load the model in {str(path)!r}: {exc}", Path(path)
+        ) from exc
 
 
 def apply_lora(model: Any, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0) -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from budgetmix.exceptions import ConfigError
+from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.algorithms import (
     group_advantages,
@@ -121,6 +121,7 @@ class Trainer:
             token_check=cast(TokenCheck, config.token_check),
         )
         self.ref_model: Any = None
+        self.ref_sha256: str | None = None
         self.step = 0
         self.log = MetricsLog(self.out / "metrics.jsonl")
 
@@ -172,9 +173,13 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------
     def save(self) -> None:
+        """Write ``<output_dir>/checkpoint`` atomically (main process; all processes wait)."""
         states = self._generator_states()
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
+            scalars: dict[str, Any] = {"config": self.config.to_dict()}
+            if self.ref_sha256 is not None:
+                scalars["reference_sha256"] = self.ref_sha256
             save_checkpoint(
                 self.out / "checkpoint",
                 model=self.policy,
@@ -182,23 +187,32 @@ class Trainer:
                 rng=self.rng,
                 rng_tensors=states,
                 step=self.step,
-                scalars={"config": self.config.to_dict()},
+                scalars=scalars,
             )
         self.acc.wait_for_everyone()
 
-    def resume(self) -> bool:
-        """Load ``<output_dir>/checkpoint`` if present; ``True`` when resumed.
+    def resume(self) -> Path:
+        """Load the checkpoint in ``<output_dir>``; returns the directory it came from.
 
         Raises:
+            CheckpointError: there is no checkpoint to resume (the message names
+                ``output_dir``), or a file of it is damaged (the message names the file).
             ConfigError: the checkpoint was written by a different config.
         """
         ckpt = latest_checkpoint(self.out)
         if ckpt is None:
-            return False
+            raise CheckpointError(
+                f"resume: nothing to resume in {str(self.out)!r} (no complete checkpoint "
+                "there); run without --resume to start a fresh run",
+                self.out,
+            )
         state = load_checkpoint(ckpt, model=self.policy, optimizer=self.optimizer, rng=self.rng)
         saved = dict(state.scalars.get("config", {}))
         mine = self.config.to_dict()
-        diff = sorted(k for k in mine if k != "progress" and saved.get(k) != mine[k])
+        # a run directory may be moved (output_dir) and watched or not (progress)
+        diff = sorted(
+            k for k in mine if k not in ("progress", "output_dir") and saved.get(k) != mine[k]
+        )
         if diff:
             raise ConfigError(f"resume: checkpoint config differs in {', '.join(diff)}")
         key = f"sample.rank{self.rank}"
@@ -208,26 +222,46 @@ class Trainer:
         self.step = state.step
         self.log.truncate_after(self.step - 1)
         if self.step > self.config.sft_steps and self.config.kl_coef > 0:
-            self._load_reference()
-        return True
+            self._load_reference(state.scalars.get("reference_sha256"))
+        return ckpt
 
     def _snapshot_reference(self) -> None:
         import copy
 
+        from budgetmix.training.manifest import file_sha256, replace_file
         from safetensors.torch import save_model
 
         self.ref_model = copy.deepcopy(self.policy).eval()
         if self.acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
-            save_model(self.ref_model, str(self.out / "reference.safetensors"))
+            staged = self.out / "reference.safetensors.tmp"
+            save_model(self.ref_model, str(staged))
+            self.ref_sha256 = file_sha256(staged)
+            replace_file(staged, self.out / "reference.safetensors")
 
-    def _load_reference(self) -> None:
+    def _load_reference(self, sha256: Any) -> None:
+        """Load the KL reference, verified against the checksum its checkpoint recorded."""
         import copy
 
+        from budgetmix.training.manifest import file_sha256
+        from safetensors import SafetensorError
         from safetensors.torch import load_model
 
+        path = self.out / "reference.safetensors"
+        if not path.is_file():
+            raise CheckpointError(f"resume: {str(path)!r} (the KL reference) is missing", path)
+        if sha256 is not None and file_sha256(path) != sha256:
+            raise CheckpointError(
+                f"resume: {str(path)!r} is damaged: its sha256 checksum differs from the "
+                "one the checkpoint saved",
+                path,
+            )
         self.ref_model = copy.deepcopy(self.policy).eval()
-        load_model(self.ref_model, str(self.out / "reference.safetensors"))
+        try:
+            load_model(self.ref_model, str(path))
+        except (SafetensorError, OSError, RuntimeError) as exc:
+            raise CheckpointError(f"resume: {str(path)!r} cannot be loaded: {exc!r}", path) from exc
+        self.ref_sha256 = sha256 if isinstance(sha256, str) else None
 
     # -- steps ------------------------------------------------------------------------
     def _local(self, specs: Sequence[EpisodeSpec]) -> list[EpisodeSpec]:
@@ -396,21 +430,25 @@ class Trainer:
         return TrainResult(self.out, self.step, self.log.read(), final, evaluation)
 
     def _save_final(self) -> Path | None:
+        """Write ``<output_dir>/final`` (a whole model, with a manifest) atomically."""
+        from budgetmix.training.manifest import publish_directory, stage_directory
+
         self.acc.wait_for_everyone()
         if not self.acc.is_main_process:
             return None
         d = self.out / "final"
+        staged = stage_directory(d)
         policy = self.policy
         if self.config.lora:
             # ship a whole model that from_pretrained (and load_pretrained) can open; the
             # adapter alone goes next to it, for users who keep base and adapter apart
             import copy
 
-            policy.save_pretrained(str(d / "adapter"), safe_serialization=True)
+            policy.save_pretrained(str(staged / "adapter"), safe_serialization=True)
             policy = copy.deepcopy(policy).merge_and_unload()
-        policy.save_pretrained(str(d), safe_serialization=True)
-        self.tokenizer.save_pretrained(str(d))
-        return d
+        policy.save_pretrained(str(staged), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(staged))
+        return publish_directory(staged, d)
 
     def evaluate(self, episodes_per_budget: int) -> dict[str, Any]:
         """Success per budget (``eval_budgets`` or the sampler's support) on held-out seeds."""
@@ -447,6 +485,8 @@ def train(
 
     Raises:
         ConfigError: an invalid config, or ``resume`` onto a checkpoint of another config.
+        CheckpointError: ``resume`` with no checkpoint in ``output_dir`` (the message names
+            it), or onto a damaged checkpoint (the message names the file).
         MissingExtraError: torch/transformers/accelerate are not installed.
     """
     trainer = Trainer(config)

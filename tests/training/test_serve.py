@@ -96,3 +96,40 @@ def test_from_pretrained_round_trip_and_bad_options(
         TrainedPolicyAgent(tiny_model, tokenizer, temperature=-1.0)
     with pytest.raises(ConfigError, match="max_new_tokens"):
         TrainedPolicyAgent(tiny_model, tokenizer, max_new_tokens=0)
+
+
+def _flip_tensor_byte(path: Path) -> None:
+    """Flip one byte in the middle of a safetensors file's tensor data (header intact)."""
+    import struct
+
+    raw = bytearray(path.read_bytes())
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    raw[8 + header_len + (len(raw) - 8 - header_len) // 2] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+def test_serving_loaders_verify_a_trained_models_manifest(tmp_path: Path) -> None:
+    from budgetmix.exceptions import CheckpointError
+    from budgetmix.training.config import preset
+    from budgetmix.training.serve import chat_model
+    from budgetmix.training.trainer import train
+
+    small = {"sft_steps": 1, "steps": 0, "sft_batch": 4, "progress": False}
+    final = train(preset("echo-tiny", output_dir=str(tmp_path), **small)).final_model_dir
+    assert final is not None and (final / "manifest.json").is_file()
+    TrainedPolicyAgent.from_pretrained(final)  # intact: loads
+    _flip_tensor_byte(final / "model.safetensors")  # same size, different weights
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        TrainedPolicyAgent.from_pretrained(final)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        chat_model(final)
+
+
+def test_serving_a_missing_directory_names_it(tmp_path: Path) -> None:
+    from budgetmix import ConfigError
+    from budgetmix.training.serve import chat_model
+
+    with pytest.raises(ConfigError, match="nowhere"):
+        TrainedPolicyAgent.from_pretrained(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="nowhere"):
+        chat_model(tmp_path / "nowhere")
