@@ -98,7 +98,10 @@ def blame(flag: str, *errors: type[Exception]) -> Iterator[None]:
     except UsageError:
         raise
     except caught as exc:
-        raise UsageError(flag, str(exc) or type(exc).__name__) from exc
+        message = str(exc) or type(exc).__name__
+        # "--preset: preset: unknown preset 'x'" says the name twice
+        message = message.removeprefix(f"{flag.lstrip('-').replace('-', '_')}: ")
+        raise UsageError(flag, message) from exc
 
 
 def integer(flag: str, value: Any, *, low: int) -> int:

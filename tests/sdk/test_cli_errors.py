@@ -240,7 +240,10 @@ def test_argparse_errors_are_one_line_too(capsys: pytest.CaptureFixture[str]) ->
 
 def test_the_script_exits_2_with_one_line(tmp_path: Path) -> None:
     """The real entry point: exit status 2 from the process, one stderr line."""
-    for argv, flag in ((["notice", "--turns", "0"], "--turns"), (["notice", "--turn", "x"], "--turn")):
+    for argv, flag in (
+        (["notice", "--turns", "0"], "--turns"),
+        (["notice", "--turn", "x"], "--turn"),
+    ):
         proc = subprocess.run(
             [sys.executable, "-m", "budgetmix.cli", *argv],
             capture_output=True,

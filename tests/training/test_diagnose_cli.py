@@ -41,3 +41,28 @@ def test_bad_budgets_are_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["diagnose", "--a", "oracle", "--b", "blind", "--budgets", "0,x"])
     assert exc.value.code == 2
+
+
+def test_bad_budgets_error_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "--a", "oracle", "--b", "blind", "--budgets", "0,x"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("budgetmix diagnose: error: --budgets: "), err
+
+
+@pytest.mark.parametrize(
+    "config_json",
+    ['{"model_type": "llama", "garbage": ', "{}"],
+    ids=["truncated-config", "no-weights-no-tokenizer"],
+)
+def test_damaged_checkpoint_is_one_line_naming_the_flag(
+    config_json: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder that looks like a model but cannot be loaded: exit 2, one line, no traceback."""
+    (tmp_path / "config.json").write_text(config_json)
+    code = main(["diagnose", "--a", "oracle", "--b", str(tmp_path), "--episodes", "2"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("budgetmix diagnose: error: --b: "), err

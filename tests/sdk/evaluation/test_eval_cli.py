@@ -102,3 +102,29 @@ def test_report_rebuild_and_compare(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     assert "| T | fixed | budgetmix | budgetmix - fixed | paired |" in capsys.readouterr().out
     assert report_main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_damaged_local_model_is_one_line_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--model`` that looks like a model folder but cannot be loaded: exit 2, one line."""
+    pytest.importorskip("transformers")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "garbage": ')
+    argv = ["--env", "frozenlake", "--budgets", "4", "--agent", "local", "--model", str(model)]
+    code = eval_main([*argv, "--out", str(tmp_path / "ev"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("budgetmix eval: error: --model: "), err
+
+
+def test_bad_values_are_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's examples for ``eval``: ``--env-kwargs '[1]'`` and ``'5'``."""
+    for value in ("[1]", "5"):
+        with pytest.raises(SystemExit) as exc:
+            eval_main(["--env", "frozenlake", "--budgets", "4", "--env-kwargs", value])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("budgetmix eval: error: --env-kwargs: ")
