@@ -69,9 +69,10 @@ def file_sha256(path: str | Path) -> str:
 
 def _fsync(path: Path) -> None:
     """Flush ``path`` (a file or, on POSIX, a directory) to stable storage."""
-    if path.is_dir() and os.name == "nt":
+    if os.name == "nt" and path.is_dir():
         return  # Windows cannot open a directory to flush it
-    fd = os.open(path, os.O_RDONLY)
+    # POSIX flushes through any descriptor; Windows needs one open for writing
+    fd = os.open(path, os.O_RDWR if os.name == "nt" else os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

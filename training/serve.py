@@ -68,7 +68,15 @@ class TrainedPolicyAgent:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **options: Any) -> TrainedPolicyAgent:
-        """Load a checkpoint directory (safetensors; never downloads, never unpickles)."""
+        """Load a checkpoint directory (safetensors; never downloads, never unpickles).
+
+        A directory with a ``manifest.json`` (every ``final/`` that training writes)
+        is verified file by file first.
+
+        Raises:
+            ConfigError: ``path`` is not a local directory, or a bad option.
+            CheckpointError: a file is damaged (the message names it) or cannot be loaded.
+        """
         from budgetmix.training.models import load_pretrained
 
         model, tokenizer = load_pretrained(path)
@@ -98,7 +106,12 @@ class TrainedPolicyAgent:
 
 
 def chat_model(path: str | Path, **options: Any) -> Any:
-    """The checkpoint as a :class:`~budgetmix.adapters.local.LocalChatModel`."""
+    """The checkpoint as a :class:`~budgetmix.adapters.local.LocalChatModel` (never downloads).
+
+    Raises:
+        ConfigError: ``path`` is not a local directory, or a bad option.
+        CheckpointError: a file the manifest lists is damaged (the message names it).
+    """
     from budgetmix.adapters.local import LocalChatModel
 
     return LocalChatModel.from_pretrained(path, local_files_only=True, **options)

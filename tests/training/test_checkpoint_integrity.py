@@ -18,6 +18,8 @@ import pytest
 import torch
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors", "state.json")
 
@@ -333,3 +335,80 @@ def test_local_chat_model_verifies_the_final_model(trained: Path, tmp_path: Path
     flip_tensor_byte(out / "final" / "model.safetensors")
     with pytest.raises(CheckpointError, match=r"model\.safetensors"):
         LocalChatModel.from_pretrained(out / "final")
+
+
+# -- hostile values, property-based ------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=12,
+)
+_entry_names = st.sampled_from(
+    ["state.json", "../state.json", "/etc/hostname", "a//b", "./x", "", "C:\\x", "sub/../../x"]
+) | st.text(max_size=30)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.one_of(
+        _json,
+        st.fixed_dictionaries(
+            {
+                "format": st.just("budgetmix-manifest"),
+                "version": st.sampled_from([1, True, 1.0, "1", 2]),
+                "files": st.dictionaries(
+                    _entry_names,
+                    st.fixed_dictionaries(
+                        {"size": _json | st.integers(-5, 10**6), "sha256": _json | st.text()}
+                    ),
+                    max_size=3,
+                ),
+            }
+        ),
+    )
+)
+def test_any_manifest_is_verified_or_refused_never_a_raw_error(tmp_path: Path, data: Any) -> None:
+    from budgetmix.training.manifest import verify_manifest
+
+    d = tmp_path / "dir"
+    d.mkdir(exist_ok=True)
+    (d / "state.json").write_text("{}")
+    (d / "manifest.json").write_text(json.dumps(data))
+    try:
+        verify_manifest(d)
+    except CheckpointError as exc:
+        assert exc.path.is_relative_to(d)  # the error names something inside the directory
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    name=st.sampled_from(CHECKPOINT_FILES),
+    where=st.floats(0.0, 1.0),
+    xor=st.integers(1, 255),
+    cut=st.booleans(),
+)
+def test_any_damage_to_any_checkpoint_file_is_a_checkpoint_error_naming_it(
+    tmp_path: Path, tiny_model: Any, name: str, where: float, xor: int, cut: bool
+) -> None:
+    ckpt = tmp_path / "checkpoint"
+    if not ckpt.exists():
+        _save(ckpt, tiny_model)
+    pristine = (ckpt / name).read_bytes()
+    raw = bytearray(pristine)
+    at = min(int(where * len(raw)), len(raw) - 1)
+    if cut:
+        del raw[at:]
+    else:
+        raw[at] ^= xor
+    (ckpt / name).write_bytes(bytes(raw))
+    try:
+        with pytest.raises(CheckpointError, match=name) as caught:
+            _load(ckpt, tiny_model)
+        assert caught.value.path == ckpt / name
+    finally:
+        (ckpt / name).write_bytes(pristine)
