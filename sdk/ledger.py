@@ -209,17 +209,17 @@ class Ledger:
 
     def refund_turn(self, turns: int = 1) -> None:
         """Give back turns charged for a request that produced no response, here and in
-        every ancestor: at most the turns this ledger holds, so an ancestor's count stays
-        the sum of what was charged through it.
+        every ancestor: the same number everywhere, at most what each ledger of the chain
+        holds, so every count stays the sum of what was charged through it.
 
         Raises:
             ConfigError: ``turns`` is not an int in ``[1, MAX_COUNT]``.
         """
         check_count("turns", turns, minimum=1)
         with self._lock:
-            give = min(turns, self._used["turns"])
+            give = min(turns, *(node._used["turns"] for node in self._chain))
             for node in self._chain:
-                node._used["turns"] = max(0, node._used["turns"] - give)
+                node._used["turns"] -= give
 
     def try_charge_tool_batch(self, names: Sequence[str]) -> str | None:
         """Pre-check and charge a whole tool batch; refuse it whole if it does not fit.
@@ -245,7 +245,7 @@ class Ledger:
 
     def refund_tool_call(self, name: str) -> None:
         """Give back one tool call (for policies that do not count failures), here and in
-        every ancestor; nothing when this ledger holds none.
+        every ancestor; nothing when a ledger of the chain holds none.
 
         Raises:
             ConfigError: ``name`` is not a str.
@@ -255,10 +255,10 @@ class Ledger:
         if name in self.accounting.refunded_tools:
             return
         with self._lock:
-            if self._used["tool_calls"] < 1:
+            if any(node._used["tool_calls"] < 1 for node in self._chain):
                 return
             for node in self._chain:
-                node._used["tool_calls"] = max(0, node._used["tool_calls"] - 1)
+                node._used["tool_calls"] -= 1
 
     def add_usage(
         self, *, input_tokens: int = 0, output_tokens: int = 0, cost_usd: float = 0.0
