@@ -134,7 +134,10 @@ def _train(config: TrainConfig, resume: bool) -> int:
     try:
         result = train(config, resume=resume)
     except BudgetmixError as exc:
-        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        why = str(exc)
+        if resume and why.startswith("resume: "):  # the trainer's refusals of --resume
+            why = "--" + why
+        print(f"{PROG}: error: {one_line(why)}", file=sys.stderr)
         return 2
     last = result.metrics[-1] if result.metrics else {}
     print(

@@ -229,6 +229,15 @@ def test_train_output_dir_that_is_a_file_names_the_flag(
     assert_flag_error(*run_cli(argv, capsys), "train", "--output-dir")
 
 
+def test_resume_with_nothing_to_resume_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    argv = ["train", "--preset", "echo-tiny", "--output-dir", str(tmp_path / "empty")]
+    code, err = run_cli([*argv, "--resume", "--no-progress"], capsys)
+    assert_flag_error(code, err, "train", "--resume")
+
+
 def test_argparse_errors_are_one_line_too(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run_cli(["notice", "--turns"], capsys)
     assert_flag_error(code, err, "notice", "--turns")
