@@ -16,6 +16,14 @@ def test_ok_program() -> None:
     result = run_python("print('hello')", limits=FAST)
     assert result.ok and result.returncode == 0 and result.stdout == "hello\n"
     assert result.reason == ""
+    assert result.boundary in ("bwrap", "unshare")  # an OS boundary, not the unsafe fallback
+
+
+def test_the_run_sees_only_its_own_view() -> None:
+    code = "import os\nprint(os.getcwd(), sorted(os.listdir('/')), os.path.exists('/etc'))"
+    result = run_python(code, limits=FAST)
+    assert result.stdout.startswith("/work ") and result.stdout.rstrip().endswith("False")
+    assert "home" not in result.stdout and "tmp" not in result.stdout
 
 
 def test_writes_inside_the_temp_dir_are_allowed() -> None:
@@ -98,3 +106,5 @@ def test_exception_reason_has_last_line() -> None:
 def test_limits_validate() -> None:
     with pytest.raises(ConfigError, match="wall_seconds"):
         SandboxLimits(wall_seconds=0)
+    with pytest.raises(ConfigError, match="disk_bytes"):
+        SandboxLimits(disk_bytes=0)
