@@ -69,7 +69,12 @@ class Endpoint:
             return None
         owner = self._owner
         return TurnRequest(
-            ep, self._kind, kwargs, owner._pricing, sdk_transform=owner._sdk_transform
+            ep,
+            self._kind,
+            kwargs,
+            owner._pricing,
+            sdk_transform=owner._sdk_transform,
+            sdk_call=True,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -90,7 +95,11 @@ class Endpoint:
     def _finish_raw(self, req: TurnRequest, raw: Any, *, is_async: bool) -> Any:
         if req.stream:
             return RecordingRawResponse(raw, lambda s: self._finish(req, s, is_async=is_async))
-        self._finish(req, raw.parse(), is_async=is_async)  # parse() caches: the caller's is free
+        try:
+            parsed = raw.parse()  # it caches: the caller's own parse() is free
+        except Exception as exc:  # recorded as inside the turn's call, where create() parses
+            raise as_format_error(req.turn.failed(exc), exc) from exc
+        self._finish(req, parsed, is_async=is_async)
         return raw
 
 
@@ -103,8 +112,12 @@ class SyncEndpoint(Endpoint):
 
         Raises:
             BudgetExhausted, EarlyStopped: the turn was refused; nothing was sent.
-            ConfigError: a cost limit is set and the model has no known price.
-            ProviderError: the call failed after retries.
+            ConfigError: a cost limit is set and the model has no known price, or the
+                request cannot be sent (content that cannot be encoded as JSON, such as
+                a lone surrogate, or a shape the notice cannot be added to); nothing
+                was charged or sent.
+            ProviderError: the call failed after retries (:class:`ResponseFormatError`:
+                the provider's response could not be read).
         """
         req = self._start(kwargs)
         if req is None:

@@ -5,7 +5,9 @@ The turn was charged before the stream opened; these wrap the SDK's stream
 event into the request's accumulator, and record usage, cost and mistakes once:
 when iteration ends, or when the stream is closed early (then whatever arrived
 is recorded, usually without usage). A failure mid-stream is recorded as a
-``provider_error`` and raised as :class:`~budgetmix.ProviderError`. Everything
+``provider_error`` and raised as :class:`~budgetmix.ProviderError` (an event the SDK
+could not read, such as one nested too deep, as
+:class:`~budgetmix.ResponseFormatError`). Everything
 else (``.response``, ``.close()``, context management) behaves like the SDK's.
 """
 
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 from typing import TYPE_CHECKING, Any
+
+from budgetmix.adapters._wire import as_format_error
 
 if TYPE_CHECKING:
     from budgetmix.adapters._turn import TurnRequest
@@ -36,7 +40,7 @@ class _Recorder:
 
     def _failed(self, exc: BaseException) -> BaseException:
         self._done = True
-        return self._req.turn.failed(exc)
+        return as_format_error(self._req.turn.failed(exc), exc)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from budgetmix.adapters._wire import SEQUENCES, WireKind, WireToolCall, field
+from budgetmix.adapters._wire import SEQUENCES, WireKind, WireToolCall, field, repr_bounded
 from budgetmix.events import MistakeKind
 
 __all__ = ["tool_call_problem", "tool_schemas", "validate_json"]
@@ -66,48 +66,64 @@ def validate_json(schema: Mapping[str, Any], value: Any, path: str = "$") -> str
 
     Supports ``type``, ``enum``, ``const``, ``required``, ``properties``,
     ``additionalProperties``, ``items``, ``anyOf``/``oneOf``/``allOf``. Other keywords
-    (``$ref``, formats, bounds) are accepted unchecked. Returns the first error or ``None``.
+    (``$ref``, formats, bounds) are accepted unchecked, and so is a keyword whose own
+    value is malformed (the schema is the caller's; the model is not blamed for it).
+    Returns the first error or ``None``.
     """
+    if not isinstance(schema, Mapping):
+        return None
     types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        if not any(_type_ok(value, t) for t in names):
-            return f"{path}: expected {'/'.join(names)}, got {type(value).__name__}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{path}: {value!r} is not one of {schema['enum']!r}"
+    names = [types] if isinstance(types, str) else [t for t in _seq(types) if isinstance(t, str)]
+    if names and not any(_type_ok(value, t) for t in names):
+        return f"{path}: expected {'/'.join(names)}, got {type(value).__name__}"
+    enum = schema.get("enum")
+    if isinstance(enum, SEQUENCES) and value not in enum:
+        return f"{path}: {repr_bounded(value)} is not one of {repr_bounded(enum)}"
     if "const" in schema and value != schema["const"]:
-        return f"{path}: expected {schema['const']!r}"
+        return f"{path}: expected {repr_bounded(schema['const'])}"
     for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
+        options = _seq(schema.get(key))
         if options and all(validate_json(s, value, path) is not None for s in options):
             return f"{path}: matches none of {key}"
-    for sub in schema.get("allOf", ()):
+    for sub in _seq(schema.get("allOf")):
         err = validate_json(sub, value, path)
         if err:
             return err
     if isinstance(value, dict):
-        props: Mapping[str, Any] = schema.get("properties", {})
-        for req in schema.get("required", ()):
-            if req not in value:
-                return f"{path}: missing required property {req!r}"
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            if key in props:
-                err = validate_json(props[key], item, f"{path}.{key}")
-                if err:
-                    return err
-            elif extra is False:
-                return f"{path}: unexpected property {key!r}"
-            elif isinstance(extra, Mapping):
-                err = validate_json(extra, item, f"{path}.{key}")
-                if err:
-                    return err
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return _validate_object(schema, value, path)
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, Mapping):
         for i, item in enumerate(value):
-            err = validate_json(schema["items"], item, f"{path}[{i}]")
+            err = validate_json(items, item, f"{path}[{i}]")
             if err:
                 return err
     return None
+
+
+def _validate_object(schema: Mapping[str, Any], value: dict[str, Any], path: str) -> str | None:
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        props = {}
+    for req in _seq(schema.get("required")):
+        if isinstance(req, str) and req not in value:
+            return f"{path}: missing required property {req!r}"
+    extra = schema.get("additionalProperties", True)
+    for key, item in value.items():
+        if key in props:
+            err = validate_json(props[key], item, f"{path}.{key}")
+            if err:
+                return err
+        elif extra is False:
+            return f"{path}: unexpected property {repr_bounded(key)}"
+        elif isinstance(extra, Mapping):
+            err = validate_json(extra, item, f"{path}.{repr_bounded(key)}")
+            if err:
+                return err
+    return None
+
+
+def _seq(value: Any) -> Any:
+    return value if isinstance(value, SEQUENCES) else ()
 
 
 def tool_call_problem(
@@ -115,7 +131,7 @@ def tool_call_problem(
 ) -> tuple[MistakeKind, str] | None:
     """The mistake a tool call makes, if any: unknown name, unparsable or invalid arguments."""
     if schemas is not None and call.name not in schemas:
-        return MistakeKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}"
+        return MistakeKind.UNKNOWN_TOOL, f"unknown tool {repr_bounded(call.name)}"
     args: Any = call.arguments
     if isinstance(args, str):
         try:
@@ -123,11 +139,20 @@ def tool_call_problem(
         except ValueError as exc:
             why = " (response truncated at the token limit)" if truncated else ""
             return MistakeKind.INVALID_TOOL_ARGUMENTS, f"arguments are not valid JSON{why}: {exc}"
+        except RecursionError:
+            return MistakeKind.INVALID_TOOL_ARGUMENTS, TOO_DEEP
     if not isinstance(args, Mapping):
         return MistakeKind.INVALID_TOOL_ARGUMENTS, "arguments are not a JSON object"
     schema = schemas.get(call.name) if schemas is not None else None
     if schema:
-        err = validate_json(schema, dict(args))
+        try:
+            err = validate_json(schema, dict(args))
+        except RecursionError:  # a schema that refers to itself, deeper than Python recurses
+            err = TOO_DEEP
         if err:
             return MistakeKind.INVALID_TOOL_ARGUMENTS, err
     return None
+
+
+#: The detail of arguments nested too deep to read or check.
+TOO_DEEP = "arguments nest too deep to read as JSON"

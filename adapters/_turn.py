@@ -8,7 +8,8 @@ usage, cost and mistakes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
@@ -23,13 +24,14 @@ from budgetmix.adapters._wire import (
     field,
 )
 from budgetmix.events import MistakeKind
+from budgetmix.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from budgetmix.adapters.pricing import Pricing
     from budgetmix.episode import Episode
     from budgetmix.steps import Turn
 
-__all__ = ["TurnRequest", "plain_json", "send_as_is"]
+__all__ = ["MAX_REQUEST_DEPTH", "TurnRequest", "plain_json", "request_problem", "send_as_is"]
 
 
 def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
@@ -125,12 +127,143 @@ def send_as_is(kwargs: dict[str, Any], key: str, *, sdk_sees: list[Any]) -> None
     kwargs[key] = sdk_sees
 
 
+#: A request nesting deeper is refused before the charge: JSON encoders recurse once per
+#: level and fail near Python's recursion limit (1000) with the caller's frames counted.
+MAX_REQUEST_DEPTH = 512
+#: ``create`` arguments that are not part of the JSON body.
+_NOT_BODY = frozenset({"extra_headers", "extra_query", "timeout"})
+
+
+def request_problem(body: Mapping[str, Any], *, encoding: bool = False) -> str | None:
+    """Where ``body`` cannot be sent as JSON, or ``None``: nesting deeper than
+    :data:`MAX_REQUEST_DEPTH`, and with ``encoding`` also a string with a lone surrogate
+    (not UTF-8) or a float that is not finite (not JSON), as the SDKs encode neither.
+
+    Only dicts, lists and tuples are walked (other objects are the SDK's to encode);
+    iteratively, so any depth is measured. Strings are checked in one C call each unless
+    they are not ASCII.
+    """
+    pending: list[tuple[Any, int, Any]] = [(body, 0, None)]  # (container, depth, where)
+    while pending:
+        item, depth, where = pending.pop()
+        if depth > MAX_REQUEST_DEPTH:
+            return f"{_path(where)}: nests more than {MAX_REQUEST_DEPTH} levels deep"
+        children: Iterable[tuple[Any, Any]] = (
+            item.items() if isinstance(item, dict) else enumerate(item)
+        )
+        for key, value in children:
+            if encoding and type(key) is str and not key.isascii() and _lone_surrogate(key):
+                return f"{_path(where) or 'the body'}: the key {_short(key)} {_NOT_UTF8}"
+            kind = type(value)
+            if kind is str:  # most values: one C call when ASCII
+                if encoding and not value.isascii() and _lone_surrogate(value):
+                    return f"{_path((where, key))}: {_short(value)} {_NOT_UTF8}"
+            elif kind is dict or kind is list or kind is tuple or isinstance(value, _NESTED):
+                if depth or key not in _NOT_BODY:
+                    pending.append((value, depth + 1, (where, key)))
+            elif encoding:
+                problem = _scalar_problem(value)
+                if problem is not None and (depth or key not in _NOT_BODY):
+                    return f"{_path((where, key))}: {problem}"
+    return None
+
+
+_NESTED = (dict, list, tuple)
+_NOT_UTF8 = "has a lone surrogate, which is not UTF-8"
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _scalar_problem(value: Any) -> str | None:
+    if isinstance(value, str):
+        if not value.isascii() and _lone_surrogate(value):
+            return f"{_short(value)} {_NOT_UTF8}"
+    elif isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a JSON number"
+    return None
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _path(where: Any) -> str:
+    """``messages[2].content`` from the ``(parent, key)`` chain the walk keeps."""
+    keys: list[Any] = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    out = ""
+    for key in reversed(keys):
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            out += f".{key}" if out else str(key)
+    return out
+
+
+def _is_list_like(value: Any) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, bytearray, Mapping))
+
+
+def _shape_problem(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> str | None:
+    """What budgetmix cannot add the notice to or read, in the shape of ``body``."""
+    key = "input" if kind == "responses" else "messages"
+    history = body.get(key)
+    text_input = kind == "responses" and isinstance(history, str)
+    if not (history is None or text_input or _is_list_like(history)):
+        return f"{key}: expected a list, got {type(history).__name__}"
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        return f"stream: expected true or false, got {type(stream).__name__}"
+    extra = body.get("extra_body")
+    if sdk_call and extra is not None and not isinstance(extra, Mapping):
+        return f"extra_body: expected a dict, got {type(extra).__name__}"
+    if kind == "anthropic" and isinstance(history, SEQUENCES) and history:
+        last = history[-1]
+        if isinstance(last, dict) and last.get("role") == "user":
+            content = last.get("content")
+            if content is not None and not isinstance(content, (str, list, tuple)):
+                return (
+                    f"messages[{len(history) - 1}].content: expected a string or a list of "
+                    f"content blocks, got {type(content).__name__}"
+                )
+    return None
+
+
+def check_request(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> None:
+    """Refuse, before anything is charged or sent, a request budgetmix cannot handle.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    problem = _shape_problem(kind, body, sdk_call=sdk_call)
+    if problem is None and sdk_call:
+        problem = request_problem(body, encoding=True)
+        if problem is not None:
+            problem += "; the request content could not be encoded as JSON"
+    if problem is not None:
+        raise ConfigError(f"{problem}; nothing was sent (no turn was charged)")
+
+
 class TurnRequest:
     """One budgeted request: checks the price, records request-side mistakes, charges
     the turn, and builds the body to send (notice injected, tools off on a grace turn).
 
+    ``sdk_call``: ``body`` is the keyword arguments of an SDK's ``create`` (not encoded
+    yet): their content is checked to encode as JSON too (the HTTP transport checks the
+    depth of the body it reads itself, before choosing the episode).
+
     Raises (from the constructor):
-        ConfigError: the episode has a cost limit and the model has no known price.
+        ConfigError: the request has a shape budgetmix cannot add the notice to, content
+            that cannot be encoded (``sdk_call``), or the episode has a cost limit and
+            the model has no known price; nothing was charged or sent.
         BudgetExhausted / EarlyStopped: the turn was refused; nothing may be sent.
     """
 
@@ -154,7 +287,9 @@ class TurnRequest:
         pricing: Pricing,
         *,
         sdk_transform: bool = False,
+        sdk_call: bool = False,
     ) -> None:
+        check_request(kind, body, sdk_call=sdk_call)
         model = body.get("model")
         self.model = model if isinstance(model, str) else None
         if episode.ledger.limit("cost_usd") is not None:

@@ -12,6 +12,8 @@ bodies and ``openai``/``anthropic`` models.
 
 from __future__ import annotations
 
+import json
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -19,7 +21,7 @@ from functools import partial
 from typing import Any, Literal
 
 from budgetmix.adapters.base import Usage
-from budgetmix.exceptions import ProviderError, ResponseFormatError
+from budgetmix.exceptions import BudgetmixError, ConfigError, ProviderError, ResponseFormatError
 
 __all__ = [
     "AnthropicStreamAccumulator",
@@ -29,9 +31,14 @@ __all__ = [
     "WireKind",
     "WireToolCall",
     "as_format_error",
+    "as_seq",
+    "as_str",
+    "as_text",
+    "dumps_bounded",
     "field",
     "neutral_usage",
     "parse_response",
+    "repr_bounded",
 ]
 
 WireKind = Literal["chat", "responses", "anthropic"]
@@ -87,6 +94,9 @@ def reader(obj: Any) -> Reader:
     return getattr
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
 SEQUENCES = (list, tuple)  # a tuple, not list | tuple: that builds a union per call
 
 
@@ -97,7 +107,30 @@ def _seq(value: Any) -> Any:
 
 
 def _text(value: Any) -> str:
+    """A string field; anything else is no text (never ``str()`` of a hostile value,
+    which may be huge or nest too deep to print)."""
     return value if isinstance(value, str) else ""
+
+
+def _arguments(args: Any) -> Any:
+    """A call's ``arguments``: as sent when a string or a mapping (the checks read both),
+    else a bounded ``repr`` of it, which is no JSON object (an ``invalid_tool_arguments``
+    mistake) and keeps a hostile value out of the transcript."""
+    return args if isinstance(args, (str, Mapping)) else repr_bounded(args)
+
+
+def repr_bounded(value: Any, size: int = 80) -> str:
+    """``repr(value)`` cut to ``size`` characters, safe for values of any depth or size."""
+    return _REPR.repr(value)[:size]
+
+
+def dumps_bounded(value: Any) -> str:
+    """``value`` as JSON text; when it cannot be (not JSON, nested too deep), a bounded
+    ``repr``, which is not JSON either: a tool call's arguments stay unreadable."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return repr_bounded(value)
 
 
 def _str(value: Any) -> str | None:
@@ -115,6 +148,9 @@ def _int(value: Any) -> int | None:
 
 
 _MAX_COUNT = 2**53
+
+# for the other readers of the SDKs' unvalidated models (the built-in loop's models)
+as_seq, as_str, as_text = _seq, _str, _text
 
 
 @dataclass(slots=True)
@@ -212,8 +248,8 @@ def parse_chat(obj: Any) -> ParsedResponse:
     for choice in choices:
         get = reader(choice)
         reason = get(choice, "finish_reason", None)
-        if reason:
-            out.finish_reasons.append(str(reason))
+        if reason and isinstance(reason, str):
+            out.finish_reasons.append(reason)
         message = get(choice, "message", None)
         get = reader(message)
         content = get(message, "content", None)
@@ -223,7 +259,9 @@ def parse_chat(obj: Any) -> ParsedResponse:
             fn = field(tc, "function")
             out.tool_calls.append(
                 WireToolCall(
-                    _str(field(tc, "id")), str(field(fn, "name", "")), field(fn, "arguments", "")
+                    _str(field(tc, "id")),
+                    _text(field(fn, "name")),
+                    _arguments(field(fn, "arguments", "")),
                 )
             )
     out.truncated = "length" in out.finish_reasons
@@ -235,8 +273,8 @@ def parse_responses(obj: Any) -> ParsedResponse:
     out = ParsedResponse(model=_str(field(obj, "model")))
     read_openai_usage(out, field(obj, "usage"), _RESPONSES_USAGE)
     status = field(obj, "status")
-    if status:
-        out.finish_reasons.append(str(status))
+    if status and isinstance(status, str):
+        out.finish_reasons.append(status)
     reason = field(field(obj, "incomplete_details"), "reason")
     out.truncated = reason == "max_output_tokens"
     items = _seq(field(obj, "output"))
@@ -247,14 +285,14 @@ def parse_responses(obj: Any) -> ParsedResponse:
             out.tool_calls.append(
                 WireToolCall(
                     _str(field(item, "call_id")),
-                    str(field(item, "name", "")),
-                    field(item, "arguments", ""),
+                    _text(field(item, "name")),
+                    _arguments(field(item, "arguments", "")),
                 )
             )
         elif kind == "message":
             for part in _seq(field(item, "content")):
                 if field(part, "type") == "output_text":
-                    out.text += str(field(part, "text", ""))
+                    out.text += _text(field(part, "text"))
     return out
 
 
@@ -263,19 +301,19 @@ def parse_anthropic(obj: Any) -> ParsedResponse:
     out = ParsedResponse(model=_str(field(obj, "model")))
     read_anthropic_usage(out, field(obj, "usage"))
     reason = field(obj, "stop_reason")
-    if reason:
-        out.finish_reasons.append(str(reason))
+    if reason and isinstance(reason, str):
+        out.finish_reasons.append(reason)
     out.truncated = reason == "max_tokens"
     blocks = _seq(field(obj, "content"))
     out.empty = not blocks and reason != "end_turn"
     for block in blocks:
         kind = field(block, "type")
         if kind == "text":
-            out.text += str(field(block, "text", ""))
+            out.text += _text(field(block, "text"))
         elif kind == "tool_use":
-            raw = field(block, "input", {})
+            raw = _arguments(field(block, "input", {}))
             out.tool_calls.append(
-                WireToolCall(_str(field(block, "id")), str(field(block, "name", "")), raw)
+                WireToolCall(_str(field(block, "id")), _text(field(block, "name")), raw)
             )
     return out
 
@@ -296,6 +334,7 @@ class ChatStreamAccumulator:
     def __init__(self) -> None:
         self.result = ParsedResponse()
         self._text: list[str] = []  # joined once at the end (no quadratic concatenation)
+        # (choice, call) -> [id, name parts, argument parts]: joined once, at the end
         self._calls: dict[tuple[int, int], list[Any]] = {}
         self._seen = False
 
@@ -313,8 +352,8 @@ class ChatStreamAccumulator:
             get = reader(choice)
             delta = get(choice, "delta", None)
             reason = get(choice, "finish_reason", None)
-            if reason:
-                out.finish_reasons.append(str(reason))
+            if reason and isinstance(reason, str):
+                out.finish_reasons.append(reason)
             index = _int(get(choice, "index", None)) or 0
             get = reader(delta)
             content = get(delta, "content", None)
@@ -327,17 +366,22 @@ class ChatStreamAccumulator:
     def _fold_calls(self, idx: int, calls: Any) -> None:
         for tc in calls:
             key = (idx, _int(field(tc, "index")) or 0)
-            slot = self._calls.setdefault(key, [None, "", ""])
+            slot = self._calls.get(key)
+            if slot is None:
+                slot = self._calls[key] = [None, [], []]
             fn = field(tc, "function")
             slot[0] = _str(field(tc, "id")) or slot[0]
-            slot[1] += _text(field(fn, "name"))
-            slot[2] += _text(field(fn, "arguments"))
+            slot[1].append(_text(field(fn, "name")))
+            slot[2].append(_text(field(fn, "arguments")))
 
     def finish(self) -> ParsedResponse:
         """The folded response."""
         out = self.result
         out.text = "".join(self._text)
-        out.tool_calls = [WireToolCall(cid, name, args) for cid, name, args in self._calls.values()]
+        out.tool_calls = [
+            WireToolCall(cid, "".join(name), "".join(args))
+            for cid, name, args in self._calls.values()
+        ]
         out.empty = not self._seen
         out.truncated = "length" in out.finish_reasons
         return out
@@ -359,7 +403,7 @@ class ResponsesStreamAccumulator:
         if kind in self._TERMINAL:
             self._final = field(event, "response")
         elif kind == "response.output_text.delta":
-            self._text.append(str(field(event, "delta", "")))
+            self._text.append(_text(field(event, "delta")))
 
     def finish(self) -> ParsedResponse:
         """The folded response (from the terminal event when one arrived)."""
@@ -392,21 +436,21 @@ class AnthropicStreamAccumulator:
             self._blocks[_int(field(event, "index")) or 0] = [
                 field(block, "type"),
                 _str(field(block, "id")),
-                field(block, "name", ""),
-                "",
+                _text(field(block, "name")),
+                [],  # the input's JSON parts: joined once, at the end
             ]
         elif kind == "content_block_delta":
             delta = field(event, "delta")
             slot = self._blocks.get(_int(field(event, "index")) or 0)
             dkind = field(delta, "type")
             if dkind == "text_delta":
-                self._text.append(str(field(delta, "text", "")))
+                self._text.append(_text(field(delta, "text")))
             elif dkind == "input_json_delta" and slot is not None:
-                slot[3] += str(field(delta, "partial_json", ""))
+                slot[3].append(_text(field(delta, "partial_json")))
         elif kind == "message_delta":
             reason = field(field(event, "delta"), "stop_reason")
-            if reason:
-                out.finish_reasons.append(str(reason))
+            if reason and isinstance(reason, str):
+                out.finish_reasons.append(reason)
             usage = field(event, "usage")
             tokens = _int(field(usage, "output_tokens"))
             if tokens is not None:
@@ -416,9 +460,9 @@ class AnthropicStreamAccumulator:
         """The folded response."""
         out = self.result
         out.text = "".join(self._text)
-        for kind, cid, name, args in self._blocks.values():
+        for kind, cid, name, parts in self._blocks.values():
             if kind == "tool_use":
-                out.tool_calls.append(WireToolCall(cid, str(name), args or "{}"))
+                out.tool_calls.append(WireToolCall(cid, name, "".join(parts) or "{}"))
         out.empty = not self._started
         out.truncated = "max_tokens" in out.finish_reasons
         return out
@@ -436,15 +480,27 @@ def accumulator(kind: WireKind) -> Accumulator:
     return AnthropicStreamAccumulator()
 
 
-def as_format_error(exc: ProviderError) -> ProviderError:
-    """A final failure caused by an unusable body (not JSON, failed SDK validation)
-    as :class:`ResponseFormatError`; any other failure unchanged."""
-    cause = exc.__cause__
+def as_format_error(exc: ProviderError, cause: BaseException | None = None) -> BudgetmixError:
+    """A final failure caused by an unusable body (not JSON, nested too deep to read,
+    failed SDK validation) as :class:`ResponseFormatError`; one the SDK raised while
+    encoding the request (nothing was sent) as :class:`ConfigError`; any other failure
+    unchanged. ``cause``: the SDK's exception (default ``exc.__cause__``)."""
+    cause = cause if cause is not None else exc.__cause__
     if isinstance(exc, ResponseFormatError) or cause is None:
         return exc
-    if isinstance(cause, ValueError) or type(cause).__name__.endswith("ResponseValidationError"):
+    name = type(cause).__name__
+    if isinstance(cause, UnicodeEncodeError):
+        return ConfigError(
+            f"{name}: the request content could not be encoded as UTF-8 JSON ({cause.reason} "
+            f"at position {cause.start}); nothing was sent"
+        )
+    if isinstance(cause, RecursionError):
         return ResponseFormatError(
-            f"{type(cause).__name__}: the provider's response could not be read",
+            f"{name}: the provider's response could not be read (it nests too deep)",
             status_code=exc.status_code,
+        )
+    if isinstance(cause, ValueError) or name.endswith("ResponseValidationError"):
+        return ResponseFormatError(
+            f"{name}: the provider's response could not be read", status_code=exc.status_code
         )
     return exc

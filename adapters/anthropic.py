@@ -46,7 +46,7 @@ from budgetmix.adapters._endpoints import (
     Target,
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._wire import field, neutral_usage
+from budgetmix.adapters._wire import as_seq, as_str, as_text, dumps_bounded, field, neutral_usage
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.pricing import Pricing
 from budgetmix.exceptions import MissingExtraError
@@ -276,25 +276,26 @@ def anthropic_response(obj: Any) -> ModelResponse:
     """An Anthropic ``Message`` -> :class:`ModelResponse`."""
     text = ""
     calls: list[ToolCallRequest] = []
-    for block in field(obj, "content", []):
+    for block in as_seq(field(obj, "content")):
         kind = field(block, "type")
         if kind == "text":
-            text += str(field(block, "text", ""))
+            text += as_text(field(block, "text"))
         elif kind == "tool_use":
             calls.append(
                 ToolCallRequest(
-                    id=str(field(block, "id", "")),
-                    name=str(field(block, "name", "")),
-                    arguments=json.dumps(field(block, "input", {})),
+                    id=as_text(field(block, "id")),
+                    name=as_text(field(block, "name")),
+                    arguments=dumps_bounded(field(block, "input", {})),
                 )
             )
-    reason = _STOP.get(str(field(obj, "stop_reason", "end_turn")), "stop")
+    stop = field(obj, "stop_reason", "end_turn")
+    reason = _STOP.get(stop, "stop") if isinstance(stop, str) else "stop"
     return ModelResponse(
         text=text,
         tool_calls=tuple(calls),
         finish_reason="tool_calls" if calls and reason == "stop" else reason,
         usage=neutral_usage("anthropic", field(obj, "usage")),
-        model=field(obj, "model"),
+        model=as_str(field(obj, "model")),
         raw=obj,
     )
 

@@ -11,9 +11,14 @@ servers: vLLM, Ollama, ...) and ``.../v1/messages`` (Anthropic) the transport
 charges a turn before forwarding, injects the budget notice into the JSON body,
 retries transient failures (429, 5xx, timeouts, resets) under the controller's
 retry policy without consuming turns, and reads usage, cost and tool-call
-mistakes from the JSON or server-sent-event response. Every other request
-passes through untouched. Works with ``httpx`` and ``httpx2`` clients alike
-(responses are built with the request's own library).
+mistakes from the JSON or server-sent-event response (the event stream is read in
+time linear in its size; one event over ``max_event_bytes`` or a body over
+``max_body_bytes`` is a :class:`~budgetmix.ResponseFormatError`). A request to
+those endpoints that would be budgeted but cannot be read (not JSON, nested too
+deep) or has the wrong shape is refused with :class:`~budgetmix.ConfigError`
+rather than sent without a budget. Every other request passes through untouched.
+Works with ``httpx`` and ``httpx2`` clients alike (responses are built with the
+request's own library).
 
 A refused turn never reaches the network. By default it raises
 :class:`~budgetmix.BudgetExhausted` (or :class:`~budgetmix.EarlyStopped`) as a
@@ -32,43 +37,54 @@ opening messages) and closes with :meth:`BudgetTransport.finish`.
 from __future__ import annotations
 
 import contextvars
-import functools
 import hashlib
 import json
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any, Literal
 
 import httpx
-from budgetmix.adapters._turn import TurnRequest
+from budgetmix.adapters._sse import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_EVENT_BYTES,
+    BodyLimitTap,
+    EventStreamDecoder,
+    SSETap,
+    check_limit,
+    limit_error,
+    read_json,
+    tap_streams,
+)
+from budgetmix.adapters._turn import TurnRequest, request_problem
 from budgetmix.adapters._wire import WireKind, field, parse_response
 from budgetmix.adapters.openai import Target, resolve_episode
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
 from budgetmix.events import EpisodeResult
-from budgetmix.exceptions import BudgetExhausted, EarlyStopped, ProviderError
+from budgetmix.exceptions import (
+    BudgetExhausted,
+    BudgetmixError,
+    ConfigError,
+    EarlyStopped,
+    ProviderError,
+)
 
-__all__ = ["CONVERSATION_HEADER", "AsyncBudgetTransport", "BudgetTransport", "wire_kind"]
+__all__ = [
+    "CONVERSATION_HEADER",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_EVENT_BYTES",
+    "AsyncBudgetTransport",
+    "BudgetTransport",
+    "wire_kind",
+]
 
-# one encoder and decoder for every request: json.dumps/loads build or dispatch them per call
+# one encoder for every request: json.dumps builds one per call
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_DECODE_JSON = json.JSONDecoder().decode
-
-
-def _read_json(data: bytes | str) -> Any:
-    """``json.loads``, minus its per-call dispatch for UTF-8 (what JSON on the wire is);
-    anything else (UTF-16/32) takes ``json.loads`` and its encoding detection.
-
-    Raises:
-        ValueError: not JSON.
-    """
-    try:
-        return _DECODE_JSON(data.decode("utf-8-sig") if isinstance(data, bytes) else data)
-    except ValueError:
-        return json.loads(data)  # raises again when it is not JSON in any encoding
+# for a body with a lone surrogate (sent escaped, as "\ud800"): escaped again, as it came
+_ASCII_JSON = json.JSONEncoder(separators=(",", ":")).encode
 
 
 #: Request header naming the conversation an owned episode belongs to.
@@ -108,8 +124,12 @@ def _sdk_safe_class(
     return cls
 
 
-def _sdk_safe(exc: BudgetExhausted | EarlyStopped) -> Exception:
-    """The same stop, as a subclass of the loaded SDKs' base errors (never retried)."""
+def _sdk_safe(exc: BaseException) -> BaseException:
+    """One of budgetmix's errors (a stop, a refused request, an unreadable response) as
+    a subclass of the loaded SDKs' base errors too, so the SDKs raise it as is instead of
+    wrapping it in a connection error and retrying; any other exception unchanged."""
+    if not isinstance(exc, BudgetmixError):
+        return exc
     bases = tuple(
         getattr(sys.modules[mod], name)
         for mod, name in (("openai", "OpenAIError"), ("anthropic", "AnthropicError"))
@@ -117,10 +137,19 @@ def _sdk_safe(exc: BudgetExhausted | EarlyStopped) -> Exception:
     )
     if not bases:
         return exc
-    cls = _sdk_safe_class(type(exc), bases)
+    cls: Callable[..., BaseException] = _sdk_safe_class(type(exc), bases)  # exc's own signature
     if isinstance(exc, BudgetExhausted):
         return cls(exc.dimension, exc.used, exc.limits, exc.transcript, exc.episode_id)
-    return cls(exc.reason, exc.episode_id)
+    if isinstance(exc, EarlyStopped):
+        return cls(exc.reason, exc.episode_id)
+    if isinstance(exc, ProviderError):
+        return cls(str(exc), status_code=exc.status_code, retryable=exc.retryable)
+    return cls(str(exc))
+
+
+def _refused(what: str) -> BaseException:
+    """A budgeted request refused before anything was sent (no turn charged)."""
+    return _sdk_safe(ConfigError(f"request body: {what}; budgetmix refused it (nothing was sent)"))
 
 
 class HTTPStatusFailure(Exception):
@@ -194,86 +223,17 @@ def _conversation_key(kind: WireKind, body: dict[str, Any]) -> str:
     ]
 
 
-class _SSETap:
-    """Parses server-sent events out of passing bytes and folds them into a turn."""
-
-    def __init__(self, req: TurnRequest) -> None:
-        self._req = req
-        self._acc = req.accumulator()
-        self._buf = b""
-        self._done = False
-
-    def feed(self, chunk: bytes) -> None:
-        self._buf += chunk.replace(b"\r\n", b"\n")
-        while b"\n\n" in self._buf:
-            block, self._buf = self._buf.split(b"\n\n", 1)
-            if block.startswith(b"data:") and b"\n" not in block:  # the usual one-line event
-                data = block[5:].lstrip()
-            else:
-                data = b"\n".join(
-                    line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")
-                )
-            if not data or data == b"[DONE]":
-                continue
-            try:
-                self._acc.feed(_read_json(data))
-            except ValueError:
-                continue  # not JSON: nothing for the budget in it
-
-    def finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._req.finish(self._acc.finish())
-
-    def failed(self, exc: BaseException) -> None:
-        if not self._done:
-            self._done = True
-            self._req.turn.failed(exc)
-
-
-@functools.cache
-def _tap_streams(lib: ModuleType) -> tuple[type[Any], type[Any]]:
-    class SyncTap(lib.SyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, inner: Any, tap: _SSETap) -> None:
-            self._inner, self._tap = inner, tap
-
-        def __iter__(self) -> Iterator[bytes]:
-            try:
-                for chunk in self._inner:
-                    self._tap.feed(chunk)
-                    yield chunk
-            except Exception as exc:
-                self._tap.failed(exc)
-                raise
-            self._tap.finish()
-
-        def close(self) -> None:
-            try:
-                self._inner.close()
-            finally:
-                self._tap.finish()
-
-    class AsyncTap(lib.AsyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, inner: Any, tap: _SSETap) -> None:
-            self._inner, self._tap = inner, tap
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            try:
-                async for chunk in self._inner:
-                    self._tap.feed(chunk)
-                    yield chunk
-            except Exception as exc:
-                self._tap.failed(exc)
-                raise
-            self._tap.finish()
-
-        async def aclose(self) -> None:
-            try:
-                await self._inner.aclose()
-            finally:
-                self._tap.finish()
-
-    return SyncTap, AsyncTap
+def _read_body(raw: bytes) -> tuple[dict[str, Any], str | None]:
+    """A model request's JSON body, and what makes it unusable (``None``: nothing)."""
+    try:
+        body = read_json(raw)
+    except RecursionError:
+        return {}, "its JSON nests too deep to read"
+    except ValueError:
+        return {}, "not JSON"
+    if not isinstance(body, dict):
+        return {}, f"expected a JSON object, got {type(body).__name__}"
+    return body, request_problem(body)
 
 
 class _Plan:
@@ -289,10 +249,19 @@ class _TransportCore:
     """What the sync and async transports share; no I/O."""
 
     def __init__(
-        self, target: Target, *, pricing: Pricing | None, on_exhausted: OnExhausted, sleep: Any
+        self,
+        target: Target,
+        *,
+        pricing: Pricing | None,
+        on_exhausted: OnExhausted,
+        sleep: Any,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         if on_exhausted not in ("raise", "respond"):
             raise ValueError(f"on_exhausted must be 'raise' or 'respond', got {on_exhausted!r}")
+        self.max_event = check_limit("max_event_bytes", max_event_bytes)
+        self.max_body = check_limit("max_body_bytes", max_body_bytes)
         self.target = target
         self.pricing = pricing if pricing is not None else DEFAULT_PRICING
         self.on_exhausted: OnExhausted = on_exhausted
@@ -345,16 +314,22 @@ class _TransportCore:
 
     # -- requests ----------------------------------------------------------------------
     def plan(self, request: Any, raw_body: bytes) -> _Plan | Any | None:
-        """``None``: pass through; a response: answer without forwarding; else a plan."""
+        """``None``: pass through; a response: answer without forwarding; else a plan.
+
+        Raises:
+            ConfigError: (as the SDKs' own error too) a model request that would be
+                budgeted cannot be read or has the wrong shape; nothing was sent.
+        """
         kind = wire_kind(request.method, request.url.path)
         if kind is None:
             return None
-        try:
-            body = _read_json(raw_body)
-        except ValueError:
-            return None
-        if not isinstance(body, dict):
-            return None
+        body, problem = _read_body(raw_body)
+        if problem is not None:
+            if resolve_episode(self.target) is None and not isinstance(
+                self.target, BudgetController
+            ):
+                return None  # nothing would be budgeted: it goes as it came
+            raise _refused(problem)  # passed on unread, it would skip the budget
         ep = self.episode_for(request, kind, body)
         if ep is None:
             return None
@@ -364,11 +339,17 @@ class _TransportCore:
         except (BudgetExhausted, EarlyStopped) as exc:
             if self.on_exhausted == "respond":
                 text = f"[budget: {exc}]"
-                payload = _terminal_body(kind, str(body.get("model") or ""), text)
+                model = body.get("model")
+                payload = _terminal_body(kind, model if isinstance(model, str) else "", text)
                 return lib.Response(200, json=payload, request=request)
             raise _sdk_safe(exc) from exc
+        except ConfigError as exc:
+            raise _sdk_safe(exc) from exc
         out = req.body
-        content = _COMPACT_JSON(out).encode()
+        try:
+            content = _COMPACT_JSON(out).encode()
+        except UnicodeEncodeError:  # a lone surrogate, which came escaped: escape it again
+            content = _ASCII_JSON(out).encode()
         headers = lib.Headers(request.headers)  # a copy, with the new body's length
         headers["content-length"] = str(len(content))
         if req.stream:
@@ -394,14 +375,34 @@ class _TransportCore:
         cause = exc.__cause__
         if isinstance(cause, HTTPStatusFailure):
             return cause.response  # already read; the client sees the provider's answer
-        if cause is not None:
+        if cause is not None and cause is not exc:
             raise cause
         raise exc
 
+    # -- responses ---------------------------------------------------------------------
+    def limit_body(self, plan: _Plan, response: Any, *, record: bool, is_async: bool) -> None:
+        """Count ``response``'s body against ``max_body_bytes`` as it is read; past the
+        limit reading raises :class:`ResponseFormatError`, recorded on the turn when
+        ``record`` (else inside the turn's call, which records it)."""
+        sync_tap, async_tap = tap_streams(plan.lib)
+        cls = async_tap if is_async else sync_tap
+        tap = BodyLimitTap(plan.req if record else None, self.max_body, _sdk_safe)
+        response.stream = cls(response.stream, tap)
+
+    def within_limit(self, plan: _Plan | None, content: bytes) -> bytes:
+        """``content`` (a body read before the transport saw it is counted here); past the
+        limit, raise (recorded on ``plan``'s turn when given)."""
+        if len(content) <= self.max_body:
+            return content
+        exc = limit_error("the response body", "max_body_bytes", self.max_body)
+        if plan is not None:
+            plan.req.turn.failed(exc)
+        raise _sdk_safe(exc)
+
     def finish_json(self, plan: _Plan, response: Any, content: bytes) -> Any:
         try:
-            data = _read_json(content)
-        except ValueError:
+            data = read_json(self.within_limit(plan, content))
+        except (ValueError, RecursionError):  # not JSON, or too deep to read: no output
             data = None
         if isinstance(data, dict):
             parsed = parse_response(plan.kind, data)
@@ -420,15 +421,16 @@ class _TransportCore:
         return plan.req.stream or ctype.startswith("text/event-stream")
 
     def tapped(self, plan: _Plan, response: Any, *, is_async: bool) -> Any:
-        sync_tap, async_tap = _tap_streams(plan.lib)
+        sync_tap, async_tap = tap_streams(plan.lib)
         cls = async_tap if is_async else sync_tap
+        tap = SSETap(plan.req, EventStreamDecoder(self.max_event, self.max_body), _sdk_safe)
         headers = [
             (k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"
         ]
         return plan.lib.Response(
             response.status_code,
             headers=headers,
-            stream=cls(response.stream, _SSETap(plan.req)),
+            stream=cls(response.stream, tap),
             request=plan.outgoing,
             extensions=response.extensions,
         )
@@ -445,6 +447,13 @@ class BudgetTransport(httpx.BaseTransport):
         on_exhausted: ``"raise"`` (an SDK-safe :class:`BudgetExhausted`) or ``"respond"``
             (a synthetic final assistant message).
         sleep: waits between retries (tests inject a recorder).
+        max_event_bytes: the most one server-sent event may hold (default 16 MiB).
+        max_body_bytes: the most one response body may hold, whole or streamed (default
+            64 MiB). Past either, reading the response raises
+            :class:`~budgetmix.ResponseFormatError` (a ``provider_error`` on the turn).
+
+    Raises:
+        ConfigError: a limit is not a positive int.
     """
 
     def __init__(
@@ -455,9 +464,18 @@ class BudgetTransport(httpx.BaseTransport):
         pricing: Pricing | None = None,
         on_exhausted: OnExhausted = "raise",
         sleep: Callable[[float], None] | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._inner = inner
-        self._core = _TransportCore(target, pricing=pricing, on_exhausted=on_exhausted, sleep=sleep)
+        self._core = _TransportCore(
+            target,
+            pricing=pricing,
+            on_exhausted=on_exhausted,
+            sleep=sleep,
+            max_event_bytes=max_event_bytes,
+            max_body_bytes=max_body_bytes,
+        )
 
     @property
     def episodes(self) -> dict[str, Episode]:
@@ -489,7 +507,8 @@ class BudgetTransport(httpx.BaseTransport):
             core.requests_forwarded += 1
             response = inner.handle_request(plan.outgoing)
             if response.status_code >= 400:
-                response.read()
+                core.limit_body(plan, response, record=False, is_async=False)
+                core.within_limit(None, response.read())
             return core.check(response)
 
         try:
@@ -498,7 +517,13 @@ class BudgetTransport(httpx.BaseTransport):
             return core.failed(plan, exc)
         if core.is_sse(plan, response):
             return core.tapped(plan, response, is_async=False)
-        return core.finish_json(plan, response, response.read())
+        core.limit_body(plan, response, record=True, is_async=False)
+        try:
+            content = response.read()
+        except BaseException:
+            response.close()
+            raise
+        return core.finish_json(plan, response, content)
 
     def close(self) -> None:
         if self._inner is not None:
@@ -516,9 +541,18 @@ class AsyncBudgetTransport(httpx.AsyncBaseTransport):
         pricing: Pricing | None = None,
         on_exhausted: OnExhausted = "raise",
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._inner = inner
-        self._core = _TransportCore(target, pricing=pricing, on_exhausted=on_exhausted, sleep=sleep)
+        self._core = _TransportCore(
+            target,
+            pricing=pricing,
+            on_exhausted=on_exhausted,
+            sleep=sleep,
+            max_event_bytes=max_event_bytes,
+            max_body_bytes=max_body_bytes,
+        )
 
     @property
     def episodes(self) -> dict[str, Episode]:
@@ -550,7 +584,8 @@ class AsyncBudgetTransport(httpx.AsyncBaseTransport):
             core.requests_forwarded += 1
             response = await inner.handle_async_request(plan.outgoing)
             if response.status_code >= 400:
-                await response.aread()
+                core.limit_body(plan, response, record=False, is_async=True)
+                core.within_limit(None, await response.aread())
             return core.check(response)
 
         try:
@@ -559,7 +594,13 @@ class AsyncBudgetTransport(httpx.AsyncBaseTransport):
             return core.failed(plan, exc)
         if core.is_sse(plan, response):
             return core.tapped(plan, response, is_async=True)
-        return core.finish_json(plan, response, await response.aread())
+        core.limit_body(plan, response, record=True, is_async=True)
+        try:
+            content = await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+        return core.finish_json(plan, response, content)
 
     async def aclose(self) -> None:
         if self._inner is not None:

@@ -61,7 +61,15 @@ from budgetmix.adapters._endpoints import (
     resolve_episode,
 )
 from budgetmix.adapters._turn import plain_json, send_as_is
-from budgetmix.adapters._wire import field, neutral_usage
+from budgetmix.adapters._wire import (
+    SEQUENCES,
+    as_seq,
+    as_str,
+    as_text,
+    dumps_bounded,
+    field,
+    neutral_usage,
+)
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.pricing import Pricing
 from budgetmix.exceptions import MissingExtraError
@@ -229,31 +237,40 @@ _FINISH = {
 
 
 def chat_response(obj: Any) -> ModelResponse:
-    """A Chat Completions response -> :class:`ModelResponse` (empty choices -> ``error``)."""
-    choices = field(obj, "choices", [])
+    """A Chat Completions response -> :class:`ModelResponse` (no choices -> ``error``).
+
+    The SDK builds its models without validating them: a field of the wrong type reads
+    as absent, and arguments that are not JSON text stay unreadable (the loop records
+    ``invalid_tool_arguments``)."""
+    choices = field(obj, "choices")
     usage = neutral_usage("chat", field(obj, "usage"))
-    if not choices:
-        return ModelResponse(finish_reason="error", usage=usage, model=field(obj, "model"), raw=obj)
+    model = as_str(field(obj, "model"))
+    if not isinstance(choices, SEQUENCES) or not choices:
+        return ModelResponse(finish_reason="error", usage=usage, model=model, raw=obj)
     choice = choices[0]
     message = field(choice, "message")
-    calls = tuple(
-        ToolCallRequest(
-            id=str(field(tc, "id", "")),
-            name=str(field(field(tc, "function"), "name", "")),
-            arguments=str(field(field(tc, "function"), "arguments", "")),
-        )
-        for tc in field(message, "tool_calls", [])
-    )
-    reason = _FINISH.get(str(field(choice, "finish_reason", "stop")), "stop")
+    calls = tuple(_tool_call(tc) for tc in as_seq(field(message, "tool_calls")))
+    finish = field(choice, "finish_reason", "stop")
+    reason = _FINISH.get(finish, "stop") if isinstance(finish, str) else "stop"
     if calls and reason == "stop":
         reason = "tool_calls"
     return ModelResponse(
-        text=str(field(message, "content", "") or ""),
+        text=as_text(field(message, "content")),
         tool_calls=calls,
         finish_reason=reason,
         usage=usage,
-        model=field(obj, "model"),
+        model=model,
         raw=obj,
+    )
+
+
+def _tool_call(tc: Any) -> ToolCallRequest:
+    fn = field(tc, "function")
+    args = field(fn, "arguments", "")
+    return ToolCallRequest(
+        id=as_text(field(tc, "id")),
+        name=as_text(field(fn, "name")),
+        arguments=args if isinstance(args, str) else dumps_bounded(args),
     )
 
 

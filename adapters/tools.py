@@ -214,6 +214,12 @@ class Tool:
                 f"Arguments for tool {self.name!r} are not valid JSON ({exc}). "
                 "Send a JSON object matching the tool's schema.",
             )
+        except RecursionError:
+            return ToolArgumentError(
+                MistakeKind.INVALID_TOOL_ARGUMENTS,
+                f"Arguments for tool {self.name!r} nest too deep to read as JSON. "
+                "Send a JSON object matching the tool's schema.",
+            )
         if not isinstance(decoded, dict):
             return ToolArgumentError(
                 MistakeKind.INVALID_TOOL_ARGUMENTS,

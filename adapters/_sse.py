@@ -1,0 +1,288 @@
+"""Response bodies read as they pass through the HTTP transport, in linear time and
+within size limits.
+
+:class:`EventStreamDecoder` turns the bytes of a ``text/event-stream`` body, in chunks
+of any size, into the ``data`` of each complete event (lines end in ``\\r\\n``, ``\\n``
+or ``\\r``, split anywhere; an empty line ends an event; its ``data`` lines join with
+``\\n``; comments and other fields are skipped). Each byte is scanned once (by
+``bytes.splitlines``) and copied a bounded number of times, so one 20 MB event costs
+what 20 MB of small ones do; a reader that appends each chunk to a buffer and scans it
+again is quadratic in the size of one event. The taps fold what they read into the turn
+and hand every chunk on unchanged; past ``max_event_bytes`` (one event) or
+``max_body_bytes`` (the whole body) they raise :class:`~budgetmix.ResponseFormatError`
+naming the limit. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from budgetmix.exceptions import ConfigError, ResponseFormatError
+
+if TYPE_CHECKING:
+    from budgetmix.adapters._turn import TurnRequest
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_EVENT_BYTES",
+    "BodyLimitTap",
+    "EventStreamDecoder",
+    "SSETap",
+    "check_limit",
+    "limit_error",
+    "read_json",
+    "tap_streams",
+]
+
+#: Default cap on one server-sent event (its data lines together), in bytes.
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+#: Default cap on one response body (whole or streamed), in bytes.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+_DECODE_JSON = json.JSONDecoder().decode
+
+
+def read_json(data: bytes | str) -> Any:
+    """``json.loads``, minus its per-call dispatch for UTF-8 (what JSON on the wire is);
+    anything else (UTF-16/32) takes ``json.loads`` and its encoding detection.
+
+    Raises:
+        ValueError: not JSON.
+        RecursionError: JSON that nests too deep to read.
+    """
+    try:
+        return _DECODE_JSON(data.decode("utf-8-sig") if isinstance(data, bytes) else data)
+    except ValueError:
+        return json.loads(data)  # raises again when it is not JSON in any encoding
+
+
+def check_limit(name: str, value: object) -> int:
+    """``value`` if it is a positive int (a size in bytes).
+
+    Raises:
+        ConfigError: it is not; the message names ``name``.
+    """
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"{name} must be a positive int (bytes), got {value!r}")
+    return value
+
+
+def limit_error(what: str, name: str, limit: int) -> ResponseFormatError:
+    """The error for a response past one of the transport's size limits."""
+    return ResponseFormatError(
+        f"the provider's response could not be read: {what} is over {name}={limit} bytes; "
+        f"pass a larger {name} to BudgetTransport / AsyncBudgetTransport to accept it"
+    )
+
+
+class EventStreamDecoder:
+    """Server-sent events, incrementally: :meth:`feed` bytes, get each completed event's data.
+
+    Holds at most one unfinished line (as the pieces that arrived) and the data lines of
+    one unfinished event, never the stream.
+    """
+
+    __slots__ = ("_body", "_cr", "_data", "_event", "_line", "_line_size", "max_body", "max_event")
+
+    def __init__(self, max_event_bytes: int, max_body_bytes: int) -> None:
+        self.max_event = max_event_bytes
+        self.max_body = max_body_bytes
+        self._body = 0  # bytes fed so far
+        self._cr = False  # the last chunk ended in "\r": a "\n" opening the next belongs to it
+        self._line: list[bytes] = []  # pieces of a line not ended yet
+        self._line_size = 0
+        self._data: list[bytes] = []  # data lines of the event not ended yet
+        self._event = 0  # their size
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of each event ``chunk`` completes, in order (often none).
+
+        Raises:
+            ResponseFormatError: an event or the body is over its limit.
+        """
+        self._body += len(chunk)
+        if self._body > self.max_body:
+            raise limit_error("the response body", "max_body_bytes", self.max_body)
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if not chunk:
+            return []
+        last = chunk[-1]
+        lines = chunk.splitlines()  # at "\r\n", "\n" and "\r", in one C pass
+        tail = None
+        if last == 13:  # "\r"
+            self._cr = True
+        elif last != 10:  # not "\n" either: the last line goes on in the next chunk
+            tail = lines.pop()
+        events = self._take(lines) if lines else []
+        if tail is not None:  # kept as a piece: nothing is scanned or copied again
+            self._line.append(tail)
+            self._line_size += len(tail)
+            if self._event + self._line_size > self.max_event:
+                raise limit_error("one event", "max_event_bytes", self.max_event)
+        return events
+
+    def _take(self, lines: list[bytes]) -> list[bytes]:
+        """Fold complete ``lines`` in; the data of the events they end."""
+        if self._line:  # the first line began in earlier chunks: join its pieces once
+            self._line.append(lines[0])
+            lines[0] = b"".join(self._line)
+            self._line, self._line_size = [], 0
+        events: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if not line:  # an empty line ends the event
+                if data:
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data.clear()
+                    self._event = 0
+                continue
+            if line.startswith(b"data: "):
+                value = line[6:]
+            elif line.startswith(b"data:"):
+                value = line[5:]
+            elif line == b"data":
+                value = b""
+            else:
+                continue  # a comment (":..."), "event:", "id:", "retry:": nothing for the budget
+            self._event += len(value)
+            if self._event > self.max_event:
+                raise limit_error("one event", "max_event_bytes", self.max_event)
+            data.append(value)
+        return events
+
+
+SafeError = Callable[[BaseException], BaseException]
+
+
+class SSETap:
+    """Folds the events of a passing stream into its turn; records it once, when the
+    stream ends or fails."""
+
+    __slots__ = ("_acc", "_decoder", "_done", "_req", "_safe")
+
+    def __init__(self, req: TurnRequest, decoder: EventStreamDecoder, safe: SafeError) -> None:
+        self._req = req
+        self._acc = req.accumulator()
+        self._decoder = decoder
+        self._safe = safe  # what to raise for an error of ours (the SDKs' own base class)
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Read ``chunk`` (the caller hands it on unchanged)."""
+        for data in self._decoder.feed(chunk):
+            if not data or data == b"[DONE]":
+                continue
+            try:
+                event = read_json(data)
+            except (ValueError, RecursionError):
+                continue  # not JSON we can read: nothing for the budget in it
+            self._acc.feed(event)
+
+    def finish(self) -> None:
+        """Record what arrived (idempotent)."""
+        if not self._done:
+            self._done = True
+            self._req.finish(self._acc.finish())
+
+    def failed(self, exc: BaseException) -> BaseException:
+        """Record a failure mid-stream; the exception to raise in its place."""
+        if not self._done:
+            self._done = True
+            self._req.turn.failed(exc)
+        return self._safe(exc)
+
+
+class BodyLimitTap:
+    """Counts a passing body against ``max_body_bytes``; a failure while it is read is
+    recorded on ``req``'s turn (``None``: the caller records it)."""
+
+    __slots__ = ("_done", "_limit", "_req", "_safe", "_size")
+
+    def __init__(self, req: TurnRequest | None, max_body_bytes: int, safe: SafeError) -> None:
+        self._req = req
+        self._limit = max_body_bytes
+        self._safe = safe
+        self._size = 0
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Count ``chunk``.
+
+        Raises:
+            ResponseFormatError: the body is over the limit.
+        """
+        self._size += len(chunk)
+        if self._size > self._limit:
+            raise limit_error("the response body", "max_body_bytes", self._limit)
+
+    def finish(self) -> None:
+        """Nothing to record: the caller reads the whole body."""
+
+    def failed(self, exc: BaseException) -> BaseException:
+        """Record a failure while the body is read; the exception to raise in its place."""
+        if not self._done and self._req is not None:
+            self._done = True
+            self._req.turn.failed(exc)
+        return self._safe(exc)
+
+
+Tap = SSETap | BodyLimitTap
+
+
+@functools.cache
+def tap_streams(lib: ModuleType) -> tuple[type[Any], type[Any]]:
+    """Byte streams of ``lib`` (``httpx`` or ``httpx2``), sync and async, that hand each
+    chunk of the stream they wrap to a :data:`Tap` and then on, unchanged."""
+
+    class SyncTap(lib.SyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, tap: Tap) -> None:
+            self._inner, self._tap = inner, tap
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                for chunk in self._inner:
+                    self._tap.feed(chunk)
+                    yield chunk
+            except Exception as exc:
+                safe = self._tap.failed(exc)
+                if safe is exc:
+                    raise
+                raise safe from exc
+            self._tap.finish()
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._tap.finish()
+
+    class AsyncTap(lib.AsyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, tap: Tap) -> None:
+            self._inner, self._tap = inner, tap
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in self._inner:
+                    self._tap.feed(chunk)
+                    yield chunk
+            except Exception as exc:
+                safe = self._tap.failed(exc)
+                if safe is exc:
+                    raise
+                raise safe from exc
+            self._tap.finish()
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._tap.finish()
+
+    return SyncTap, AsyncTap
