@@ -43,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import IO, Literal
 
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.training.envs.sandbox_boundary import (
@@ -57,6 +57,7 @@ from budgetmix.training.envs.sandbox_boundary import (
 )
 from budgetmix.training.envs.sandbox_cgroup import RunCgroup
 from budgetmix.training.envs.sandbox_child import BLOCK_EVENTS, BLOCK_IMPORTS, BOOTSTRAP
+from budgetmix.training.envs.sandbox_unsafe import nobody_ids
 
 __all__ = [
     "SandboxLimits",
@@ -202,41 +203,6 @@ def _reason(returncode: int, stderr: str) -> str:
     return f"exit code {returncode}: {last}"[:300]
 
 
-def _stdlib_readable_by_others() -> bool:
-    """True when every directory down to the standard library is world-traversable."""
-    import stat
-    import sysconfig
-
-    path = os.path.realpath(sysconfig.get_paths()["stdlib"])
-    try:
-        if not os.stat(path).st_mode & stat.S_IROTH:
-            return False
-        while True:
-            if not os.stat(path).st_mode & stat.S_IXOTH:
-                return False
-            parent = os.path.dirname(path)
-            if parent == path:
-                return True
-            path = parent
-    except OSError:
-        return False
-
-
-def _nobody(drop: bool | None) -> tuple[int, int] | None:
-    """The uid and gid the unsafe fallback drops to, if any (the old ``drop_privileges``)."""
-    if drop is False or os.geteuid() != 0:
-        return None
-    if drop is None and not _stdlib_readable_by_others():
-        return None
-    import pwd
-
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return entry.pw_uid, entry.pw_gid
-
-
 @dataclass(frozen=True, slots=True)
 class _Launch:
     """How to start one run: the argv before the interpreter's, and where things are inside."""
@@ -268,7 +234,7 @@ def _launch(boundary: str | None, root: str, lim: SandboxLimits, drop: bool | No
     os.mkdir(work)
     program = os.path.join(work, "main.py")
     shutil.copyfile(host_program, program)
-    nobody = _nobody(drop)
+    nobody = nobody_ids(drop)
     if nobody is not None:
         os.chmod(root, 0o711)  # nobody may enter work/ but not read our output files
         for path in (work, program):
@@ -348,6 +314,36 @@ def _outcome(
     return _reason(rc, stderr)
 
 
+def _spawn_and_wait(
+    argv: list[str],
+    cwd: str,
+    out: IO[bytes],
+    err: IO[bytes],
+    ready_w: int,
+    lim: SandboxLimits,
+    cgroup: RunCgroup | None,
+) -> tuple[int, bool]:
+    """Start the run, wait for it up to the wall clock, kill what is left: (status, timed out)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=err,
+        start_new_session=True,
+        env=_HOST_ENV,
+        pass_fds=(ready_w,),
+    )
+    timed_out = not _wait_unreaped(proc.pid, lim.wall_seconds)
+    # Kill the whole group either way, so leftovers of a finished run die too. The child
+    # is not reaped yet (WNOWAIT), so its pid, and the group id, cannot be reused.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if cgroup is not None:
+        cgroup.kill_all()
+    return proc.wait(), timed_out
+
+
 def _execute(
     code: str,
     lim: SandboxLimits,
@@ -373,30 +369,13 @@ def _execute(
         )
         out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                argv,
-                cwd=launch.work if boundary is None else root,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                env=_HOST_ENV,
-                pass_fds=(ready_w,),
+            returncode, timed_out = _spawn_and_wait(
+                argv, launch.work if boundary is None else root, out, err, ready_w, lim, cgroup
             )
-            os.close(ready_w)
-            ready_w = -1
-            timed_out = not _wait_unreaped(proc.pid, lim.wall_seconds)
-            # Kill the whole group either way, so leftovers of a finished run die too. The
-            # child is not reaped yet (WNOWAIT), so its pid, and the group id, cannot be reused.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            if cgroup is not None:
-                cgroup.kill_all()
-            proc.wait()
         stdout, cut_out = _read_capped(out_path, lim.output_chars)
         stderr, cut_err = _read_capped(err_path, lim.output_chars)
         ready = _was_ready(ready_r)
-        rc = _exit_status(proc.returncode, boundary)
+        rc = _exit_status(returncode, boundary)
         reason = _outcome(
             rc, stderr, timed_out=timed_out, ready=ready, cgroup=cgroup, wall=lim.wall_seconds
         )
@@ -411,9 +390,8 @@ def _execute(
             boundary=boundary or "none",
         )
     finally:
-        for fd in (ready_r, ready_w):
-            if fd >= 0:
-                os.close(fd)
+        os.close(ready_r)
+        os.close(ready_w)
         if cgroup is not None:
             cgroup.remove()
         shutil.rmtree(root, ignore_errors=True)
