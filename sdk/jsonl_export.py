@@ -138,6 +138,3 @@ def read_jsonl_spans(path: str | Path) -> list[dict[str, Any]]:
                 raise ConfigError(f"path: {path}:{lineno} is not a JSON object")
             spans.append(record)
     return spans
-
-
-# ---------------------------------------------------------------- processor

@@ -16,6 +16,9 @@ What it builds:
   absorbs a burst of 10k spans; the SDK default of 2048 drops the oldest spans
   when the exporter falls behind, with nothing but a log line to show for it.
   :meth:`TracingHandle.stats` counts what ended, what was exported and what was lost;
+  :meth:`TracingHandle.flush` waits at most its timeout and returns False when it ran
+  out or an export failed, and the exit waits at most ``shutdown_timeout_s`` and logs
+  one warning with the count of spans never exported;
 * a :class:`RedactingSpanExporter` in front of every exporter, so API keys and
   authorization values never leave the process even when a caller puts them on a span;
 * for ``console`` and ``otlp``, a ``MeterProvider`` exporting to the same place.
@@ -26,10 +29,9 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
+import time
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -37,6 +39,15 @@ from urllib.parse import urlsplit, urlunsplit
 from budgetmix.exceptions import ConfigError, MissingExtraError
 from budgetmix.jsonl_export import JsonlSpanExporter, read_jsonl_spans, span_to_dict
 from budgetmix.redaction import REDACTED, RedactingSpanExporter, redact_attributes
+from budgetmix.span_processor import (
+    DEFAULT_MAX_EXPORT_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_SIZE,
+    BoundedRunner,
+    CountingBatchSpanProcessor,
+    ExportStats,
+    check_sizes,
+    check_timeout,
+)
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -45,17 +56,13 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 __all__ = [
     "DEFAULT_MAX_EXPORT_BATCH_SIZE",
     "DEFAULT_MAX_QUEUE_SIZE",
+    "DEFAULT_SHUTDOWN_TIMEOUT_S",
     "REDACTED",
     "CountingBatchSpanProcessor",
     "ExportStats",
@@ -72,106 +79,8 @@ __all__ = [
 _logger = logging.getLogger(__name__)
 
 ExporterName = Literal["console", "jsonl", "otlp", "none"]
-DEFAULT_MAX_QUEUE_SIZE = 65536
-DEFAULT_MAX_EXPORT_BATCH_SIZE = 512
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 _DEFAULT_SERVICE_NAME = "budgetmix"
-
-# ---------------------------------------------------------------- redaction
-
-
-@dataclass(frozen=True)
-class ExportStats:
-    """Span counts of one processor. ``lost`` is meaningful after a flush."""
-
-    ended: int
-    exported: int
-    failed: int
-
-    @property
-    def lost(self) -> int:
-        """Spans that ended but never reached the exporter (queue overflow) or failed."""
-        return self.ended - self.exported
-
-
-class _CountingExporter(SpanExporter):
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self.exported = 0
-        self.failed = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        # Only the processor's single worker (or a flush holding its lock) calls this.
-        try:
-            result = self.inner.export(spans)
-        except Exception:
-            self.failed += len(spans)
-            raise
-        if result is SpanExportResult.SUCCESS:
-            self.exported += len(spans)
-        else:
-            self.failed += len(spans)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
-def _check_sizes(max_queue_size: int, max_export_batch_size: int) -> None:
-    if max_queue_size < 1:
-        raise ConfigError(f"max_queue_size: must be >= 1, got {max_queue_size}")
-    if not 1 <= max_export_batch_size <= max_queue_size:
-        raise ConfigError(
-            f"max_export_batch_size: must be in [1, max_queue_size={max_queue_size}],"
-            f" got {max_export_batch_size}"
-        )
-
-
-class CountingBatchSpanProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` with a large queue that counts what it loses.
-
-    Args:
-        exporter: where batches go; wrapped in :class:`RedactingSpanExporter` unless
-            ``redact`` is False.
-        max_queue_size: spans held while the exporter is busy (the oldest are dropped
-            beyond it).
-        max_export_batch_size: spans per ``export`` call.
-
-    Raises:
-        ConfigError: a size is not positive or the batch exceeds the queue.
-    """
-
-    def __init__(
-        self,
-        exporter: SpanExporter,
-        *,
-        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
-        max_export_batch_size: int = DEFAULT_MAX_EXPORT_BATCH_SIZE,
-        redact: bool = True,
-    ) -> None:
-        _check_sizes(max_queue_size, max_export_batch_size)
-        self._counter = _CountingExporter(RedactingSpanExporter(exporter) if redact else exporter)
-        self._ended = 0
-        self._ended_lock = threading.Lock()
-        super().__init__(
-            self._counter,
-            max_queue_size=max_queue_size,
-            max_export_batch_size=max_export_batch_size,
-        )
-
-    def on_end(self, span: ReadableSpan) -> None:
-        """Count a sampled span, then queue it."""
-        if span.context is not None and span.context.trace_flags.sampled:
-            with self._ended_lock:
-                self._ended += 1
-        super().on_end(span)
-
-    def stats(self) -> ExportStats:
-        """Counts so far; call ``force_flush`` first for an exact ``lost``."""
-        return ExportStats(self._ended, self._counter.exported, self._counter.failed)
-
 
 # ---------------------------------------------------------------- configure
 
@@ -184,6 +93,8 @@ class TracingHandle:
         meter_provider: the SDK ``MeterProvider``, or None for ``jsonl``/``none``.
         processor: the batch processor, or None for ``none``.
         is_global: whether ``provider`` became the process-wide tracer provider.
+        shutdown_timeout_s: how long :meth:`shutdown` (and so the exit) waits for the
+            last export.
     """
 
     def __init__(
@@ -192,20 +103,47 @@ class TracingHandle:
         processor: CountingBatchSpanProcessor | None,
         meter_provider: MeterProvider | None,
         is_global: bool,
+        shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
     ) -> None:
         self.provider = provider
         self.processor = processor
         self.meter_provider = meter_provider
         self.is_global = is_global
+        self.shutdown_timeout_s = check_timeout("shutdown_timeout_s", shutdown_timeout_s)
         self._closed = False
+        # Metric exports block like span exports; started now, as 3.12 refuses at exit.
+        self._meter_runner = None if meter_provider is None else BoundedRunner("budgetmix-metrics")
         atexit.register(self.shutdown)
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        """Export everything queued; False when the timeout ran out first."""
-        millis = int(timeout_s * 1000)
-        ok = self.provider.force_flush(millis)
-        if self.meter_provider is not None:
-            ok = self.meter_provider.force_flush(millis) and ok
+        """Export everything queued now, waiting at most ``timeout_s`` seconds.
+
+        Returns:
+            True when every span and metric was exported in time; False when the
+            time ran out or an export failed, after logging one warning with the
+            count of spans not exported (also in :meth:`stats`).
+
+        Raises:
+            ConfigError: ``timeout_s`` is not a finite number of seconds > 0.
+        """
+        timeout_s = check_timeout("timeout_s", timeout_s)
+        deadline = time.monotonic() + timeout_s
+        ok = self.provider.force_flush(int(timeout_s * 1000))
+        meters, runner = self.meter_provider, self._meter_runner
+        if meters is not None and runner is not None:
+            left = max(0.0, deadline - time.monotonic())
+            done = runner.call("flush", lambda: meters.force_flush(int(left * 1000)), left)
+            ok = done is True and ok
+        if not ok:
+            stats = self.stats()
+            _logger.warning(
+                "budgetmix: flush did not complete within %.3g s: %d of %d spans not exported"
+                " (%d failed to export); see TracingHandle.stats()",
+                timeout_s,
+                stats.lost,
+                stats.ended,
+                stats.failed,
+            )
         return ok
 
     def stats(self) -> ExportStats:
@@ -214,15 +152,43 @@ class TracingHandle:
             return ExportStats(0, 0, 0)
         return self.processor.stats()
 
-    def shutdown(self) -> None:
-        """Flush and stop exporting; idempotent, also run at interpreter exit."""
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush for at most ``timeout_s`` (default :attr:`shutdown_timeout_s`), then stop
+        exporting; idempotent, also run at interpreter exit. Spans never exported are
+        counted in one logged warning.
+
+        Raises:
+            ConfigError: ``timeout_s`` is not None nor a finite number of seconds > 0.
+        """
+        budget = (
+            self.shutdown_timeout_s if timeout_s is None else check_timeout("timeout_s", timeout_s)
+        )
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self.shutdown)
-        self.provider.shutdown()
+        deadline = time.monotonic() + budget
+        if self.processor is not None:
+            self.processor.shutdown(int(budget * 1000))
+        self.provider.shutdown()  # other processors; ours is already stopped
         if self.meter_provider is not None:
-            self.meter_provider.shutdown()
+            left_ms = max(1.0, (deadline - time.monotonic()) * 1000)
+            try:
+                self.meter_provider.shutdown(timeout_millis=left_ms)
+            except Exception:  # the SDK raises when a reader ran out of time
+                _logger.debug("budgetmix: metric shutdown incomplete", exc_info=True)
+        if self._meter_runner is not None:
+            self._meter_runner.close()
+        stats = self.stats()
+        if stats.lost:
+            _logger.warning(
+                "budgetmix: %d of %d spans were never exported (%d failed to export,"
+                " %d dropped or still queued at shutdown)",
+                stats.lost,
+                stats.ended,
+                stats.failed,
+                stats.lost - stats.failed,
+            )
 
 
 def _signal_url(endpoint: str, signal: str) -> str | None:
@@ -269,6 +235,7 @@ def configure_tracing(
     max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
     max_export_batch_size: int = DEFAULT_MAX_EXPORT_BATCH_SIZE,
     set_global: bool = True,
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> TracingHandle:
     """Build a tracer provider exporting budgetmix spans, for apps without OTel set-up.
 
@@ -290,20 +257,25 @@ def configure_tracing(
             API-only library) uses them. OpenTelemetry allows this once per process:
             if a tracer provider is already set, a ``RuntimeWarning`` is issued and
             the handle's ``is_global`` is False.
+        shutdown_timeout_s: how long :meth:`TracingHandle.shutdown`, and so the exit,
+            waits for the last export before giving up with one warning that counts
+            the spans never exported.
 
     Returns:
         A :class:`TracingHandle`; its ``shutdown`` also runs at interpreter exit.
 
     Raises:
-        ConfigError: an unknown ``exporter``, a bad size or ``endpoint``, ``endpoint``/
-            ``headers`` without ``"otlp"``, or a ``path`` that cannot be opened.
+        ConfigError: an unknown ``exporter``, a bad size, ``shutdown_timeout_s`` or
+            ``endpoint``, ``endpoint``/``headers`` without ``"otlp"``, or a ``path``
+            that cannot be opened.
         MissingExtraError: ``"otlp"`` without the ``otlp`` extra.
     """
     if exporter not in get_args(ExporterName):
         raise ConfigError(f"exporter: expected one of {get_args(ExporterName)}, got {exporter!r}")
     if exporter != "otlp" and (endpoint is not None or headers is not None):
         raise ConfigError("endpoint: endpoint and headers apply only to exporter='otlp'")
-    _check_sizes(max_queue_size, max_export_batch_size)
+    check_sizes(max_queue_size, max_export_batch_size)
+    check_timeout("shutdown_timeout_s", shutdown_timeout_s)
     if service_name == _DEFAULT_SERVICE_NAME and os.environ.get("OTEL_SERVICE_NAME"):
         service_name = os.environ["OTEL_SERVICE_NAME"]
     resource = Resource.create({SERVICE_NAME: service_name})
@@ -338,7 +310,7 @@ def configure_tracing(
     is_global = False
     if set_global:
         is_global = _install_global(provider, meter_provider)
-    return TracingHandle(provider, processor, meter_provider, is_global)
+    return TracingHandle(provider, processor, meter_provider, is_global, shutdown_timeout_s)
 
 
 def _install_global(provider: TracerProvider, meter_provider: MeterProvider | None) -> bool:
