@@ -76,7 +76,9 @@ class BoundedRunner:
 
     def _ensure_thread(self) -> bool:
         if self._thread is not None and self._thread.is_alive():
-            return True  # (after a fork the parent's thread is gone: start another)
+            return True
+        # None yet, or a forked child's copy whose thread stayed in the parent.
+        self._waiting.clear()
         thread = threading.Thread(target=self._work, name=self._name, daemon=True)
         try:
             thread.start()
@@ -89,14 +91,16 @@ class BoundedRunner:
         """``bool(fn())`` (False if it raised), or None when it is still running after
         ``timeout_s``. A call of ``key`` already waiting to start is joined, not doubled."""
         with self._lock:
-            job = self._waiting.get(key)
+            threaded = not self._closed and self._ensure_thread()
+            job = self._waiting.get(key) if threaded else None
             if job is None:
                 job = _Job(key, fn)
-                if self._closed or not self._ensure_thread():
-                    job.run()  # no thread (any more): run it here, unbounded
-                    return job.ok
-                self._waiting[key] = job
-                self._jobs.put(job)
+                if threaded:
+                    self._waiting[key] = job
+                    self._jobs.put(job)
+        if not threaded:
+            job.run()  # no thread (any more): run it here, unbounded
+            return job.ok
         return job.ok if job.done.wait(timeout_s) else None
 
     def close(self) -> None:
