@@ -9,7 +9,8 @@ loopback device that is down, and a filesystem of its own):
   namespace would still own root's files); as another user it makes an
   unprivileged user namespace, so the uid is that user's and is not root.
 * ``unshare`` (util-linux), root only: a shell in the new namespaces mounts the
-  same view, ``pivot_root``\\ s into it and unmounts the old root.
+  same view, ``pivot_root``\\ s into it and unmounts the old root. ``setpriv
+  --pdeathsig`` and ``unshare --kill-child`` make the run die with its caller.
 
 The view is read-only except the run's directory ``/work``: ``/usr`` and the
 top-level links into it (``/bin``, ``/lib``, ...), the interpreter's install
@@ -49,7 +50,7 @@ PROGRAM = "/work/main.py"
 SANDBOX_ENV = {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin", "HOME": WORK, "TMPDIR": WORK}
 
 _TOOL_PATH = os.pathsep.join(["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"])
-_UNSHARE_TOOLS = ("unshare", "mount", "umount", "pivot_root", "sh", "cp", "mkdir", "ln")
+_UNSHARE_TOOLS = ("setpriv", "unshare", "mount", "umount", "pivot_root", "sh", "cp", "mkdir", "ln")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 
 # Runs as root inside the new namespaces: builds the view on a tmpfs at $1, pivots into
@@ -184,7 +185,9 @@ def unshare_command(*, disk_bytes: int, host_program: str, mount_dir: str) -> li
     ``mount_dir`` is an empty host directory; the view is mounted on it inside
     the new mount namespace only, so the host never sees it.
     """
-    argv = [_tool("unshare") or "unshare", "--mount", "--propagation", "private", "--pid"]
+    # unshare kills its child when it dies; setpriv makes it die when we do.
+    argv = [_tool("setpriv") or "setpriv", "--pdeathsig", "KILL", "--"]
+    argv += [_tool("unshare") or "unshare", "--mount", "--propagation", "private", "--pid"]
     argv += ["--kill-child", "--net", "--ipc", "--uts", "--cgroup", "--"]
     argv += [_tool("sh") or "/bin/sh", "-c", _UNSHARE_SCRIPT, "sh"]
     argv += [mount_dir, str(disk_bytes), host_program]

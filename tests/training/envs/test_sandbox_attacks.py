@@ -13,15 +13,17 @@ all of them where one must exist.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from budgetmix.training.envs import HumanEvalEnv
+from budgetmix.training.envs import HumanEvalEnv, sandbox
 from budgetmix.training.envs.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -207,6 +209,55 @@ def test_no_grandchild_survives_the_run(boundary: str) -> None:
         assert _processes_with(token) == []
     finally:
         for pid in _processes_with(token):
+            os.kill(pid, signal.SIGKILL)
+
+
+ORPHAN_RUNNER = r"""
+import sys
+from budgetmix.training.envs import sandbox
+sandbox.secrets.randbelow = lambda n: int(sys.argv[2])  # the run's uid, known to the test
+sandbox.run_python("import time\ntime.sleep(30)", boundary=sys.argv[1],
+                   limits=sandbox.SandboxLimits(wall_seconds=40.0))
+"""
+
+
+def _processes_of_uid(uid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii") as f:
+                lines = [line for line in f if line.startswith("Uid:")]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if lines and int(lines[0].split()[1]) == uid:
+            found.append(int(entry))
+    return found
+
+
+def _wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_run_dies_with_its_caller(boundary: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only as root does the run get a uid of its own to look for")
+    offset = random.randrange(1 << 24)
+    uid = sandbox._UID_BASE + offset
+    caller = subprocess.Popen([sys.executable, "-c", ORPHAN_RUNNER, boundary, str(offset)])
+    try:
+        assert _wait_for(lambda: bool(_processes_of_uid(uid)), 20), "the run never started"
+    finally:
+        caller.kill()
+        caller.wait()
+    try:
+        assert _wait_for(lambda: not _processes_of_uid(uid), 10), "the run outlived its caller"
+    finally:
+        for pid in _processes_of_uid(uid):
             os.kill(pid, signal.SIGKILL)
 
 
