@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["PROGRESS_GAMMA", "FrozenLakeEnv", "parse_action"]
+__all__ = ["MAX_SIZE", "PROGRESS_GAMMA", "FrozenLakeEnv", "parse_action"]
+
+#: Largest side of a random map (1,024 cells: the exact oracle stays tractable).
+MAX_SIZE = 32
 
 #: Discount of the value used for the ``progress`` label.
 PROGRESS_GAMMA = 0.99
@@ -101,8 +104,8 @@ class FrozenLakeEnv:
         self._gym_module = _frozen_lake_module()
         if desc is None and map_name not in (*_FIXED_MAPS, "random"):
             raise ConfigError(f"map_name: expected 4x4, 8x8 or random, got {map_name!r}")
-        if size < 2:
-            raise ConfigError(f"size: must be >= 2, got {size}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_SIZE:
+            raise ConfigError(f"size: must be an integer from 2 to {MAX_SIZE}, got {size!r}")
         if not 0.0 < p_frozen <= 1.0:
             raise ConfigError(f"p_frozen: must be in (0, 1], got {p_frozen}")
         if not 0.0 <= success_rate <= 1.0:

@@ -25,7 +25,9 @@ turn budget does).
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -35,6 +37,9 @@ from budgetmix.training.envs.base import EnvStateError, StepLabel, StepResult
 from budgetmix.training.envs.sandbox import SandboxLimits, SandboxResult, run_python
 
 __all__ = ["HumanEvalEnv", "build_program", "extract_code", "load_problems"]
+
+# Reason of a run that exited with status 0 without printing the completion marker.
+_EXITED_EARLY = "the program exited before the tests finished"
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _PROBLEM_KEYS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
@@ -66,8 +71,15 @@ def extract_code(text: str) -> str:
     return code.strip("\n").rstrip() + "\n" if code.strip() else ""
 
 
-def build_program(problem: Mapping[str, str], code: str) -> tuple[str, int]:
-    """The program to run and the 1-based line where the test code starts."""
+def build_program(
+    problem: Mapping[str, str], code: str, marker: str = ""
+) -> tuple[str, int]:
+    """The program to run and the 1-based line where the test code starts.
+
+    With ``marker``, the program prints it on its last line once ``check`` has
+    returned, so a submission that ends the process cleanly before the tests
+    (``raise SystemExit(0)``, ``os._exit(0)``) is not taken for a pass.
+    """
     entry = problem["entry_point"]
     prompt = problem["prompt"]
     if re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE):
@@ -75,7 +87,8 @@ def build_program(problem: Mapping[str, str], code: str) -> tuple[str, int]:
     else:
         solution = prompt + code
     head = solution.rstrip("\n") + "\n\n\n"
-    return head + problem["test"] + f"\n\ncheck({entry})\n", head.count("\n") + 1
+    tail = f"\n\ncheck({entry})\n" + (f"print({marker!r})\n" if marker else "")
+    return head + problem["test"] + tail, head.count("\n") + 1
 
 
 class HumanEvalEnv:
@@ -189,8 +202,11 @@ class HumanEvalEnv:
                 label=label,
                 info={"attempt": self.attempts},
             )
-        program, test_line = build_program(problem, code)
+        marker = f"budgetmix-tests-done-{secrets.token_hex(16)}"
+        program, test_line = build_program(problem, code, marker)
         run = run_python(program, limits=self.limits, allow_unsafe=self.allow_unsafe)
+        if run.ok and not run.stdout.rstrip().endswith(marker):
+            run = dataclasses.replace(run, ok=False, reason=_EXITED_EARLY)
         self.last_run = run
         info: dict[str, Any] = {"attempt": self.attempts, "reason": run.reason}
         if run.ok:

@@ -137,3 +137,10 @@ def test_missing_gymnasium(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     with pytest.raises(MissingExtraError, match="envs"):
         FrozenLakeEnv()
+
+
+@pytest.mark.parametrize("size", [1, 33, 1_000_000, 2.5, True, "5"])
+def test_random_map_size_is_bounded(size: object) -> None:
+    """A huge side would hang building the map; a clear error instead."""
+    with pytest.raises(ConfigError, match="size: must be an integer from 2 to 32"):
+        FrozenLakeEnv(map_name="random", size=size, map_seed=0)  # type: ignore[arg-type]

@@ -109,3 +109,23 @@ def test_bad_config() -> None:
         HumanEvalEnv(problems=TOY, task_ids=["nope"])
     with pytest.raises(ConfigError, match="problems"):
         HumanEvalEnv(problems={"x": {"prompt": ""}})
+
+
+@pytest.mark.parametrize(
+    "exit_early",
+    ["raise SystemExit(0)", "import os\nos._exit(0)", "import sys\nsys.exit()"],
+)
+def test_exiting_before_the_tests_is_not_a_pass(exit_early: str) -> None:
+    """A submission that ends the process cleanly before ``check`` runs scores nothing."""
+    env = toy_env()
+    env.reset(0)
+    result = env.step(f"```python\ndef add(a, b):\n    return 0\n{exit_early}\n```")
+    assert not result.success and not result.done and result.reward == 0.0
+    assert result.label.mistake == "env_action_failed"
+    assert "before the tests finished" in result.observation
+
+
+def test_a_correct_solution_still_passes_with_the_completion_marker() -> None:
+    env = toy_env()
+    env.reset(0)
+    assert env.step("```python\ndef add(a, b):\n    return a + b\n```").success
