@@ -21,6 +21,7 @@ from budgetmix.events import (
 from budgetmix.exceptions import (
     BudgetExhausted,
     BudgetmixError,
+    CheckpointError,
     ConfigError,
     EarlyStopped,
     MissingExtraError,
@@ -52,6 +53,7 @@ __all__ = [
     "BudgetEvent",
     "BudgetExhausted",
     "BudgetmixError",
+    "CheckpointError",
     "ConfigError",
     "EarlyStopped",
     "Episode",

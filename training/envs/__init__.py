@@ -53,7 +53,12 @@ from budgetmix.training.envs.frozenlake_oracle import (
     stationary_policy,
 )
 from budgetmix.training.envs.humaneval import HumanEvalEnv, load_problems
-from budgetmix.training.envs.sandbox import SandboxLimits, SandboxResult, run_python
+from budgetmix.training.envs.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailableError,
+    run_python,
+)
 
 __all__ = [
     "ENVIRONMENTS",
@@ -74,6 +79,7 @@ __all__ = [
     "RandomAgent",
     "SandboxLimits",
     "SandboxResult",
+    "SandboxUnavailableError",
     "ScriptedAgent",
     "StepLabel",
     "StepResult",
