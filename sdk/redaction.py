@@ -121,14 +121,11 @@ def redact_text(text: str) -> str:
     return "".join(parts)
 
 
-_scrub_text = redact_text
-
-
 def _scrub_value(value: AttributeValue) -> AttributeValue:
     if isinstance(value, str):
-        return _scrub_text(value)
+        return redact_text(value)
     if isinstance(value, Sequence) and any(isinstance(v, str) for v in value):
-        return tuple(_scrub_text(v) if isinstance(v, str) else v for v in value)
+        return tuple(redact_text(v) if isinstance(v, str) else v for v in value)
     return value
 
 
@@ -312,16 +309,16 @@ class RedactingSpanExporter(SpanExporter):
             return span
         status = span.status
         if status.description:
-            status = Status(status.status_code, _scrub_text(status.description))
+            status = Status(status.status_code, redact_text(status.description))
         return _RedactedSpan(
             span,
-            name=_scrub_text(span.name),
+            name=redact_text(span.name),
             context=span.context,
             parent=span.parent,
             resource=resource,
             attributes=redact_attributes(span.attributes),
             events=[
-                Event(_scrub_text(e.name), redact_attributes(e.attributes), e.timestamp)
+                Event(redact_text(e.name), redact_attributes(e.attributes), e.timestamp)
                 for e in span.events
             ],
             links=[Link(link.context, redact_attributes(link.attributes)) for link in span.links],
