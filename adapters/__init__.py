@@ -18,6 +18,7 @@ from budgetmix.adapters.base import (
     ToolSpec,
     Usage,
 )
+from budgetmix.adapters.env_agent import ChatModelEnvAgent
 from budgetmix.adapters.local import LocalChatModel, parse_tool_calls
 from budgetmix.adapters.loop import AgentRun, arun_agent, run_agent
 from budgetmix.adapters.scripted import (
@@ -46,6 +47,7 @@ __all__ = [
     "BudgetTransport",
     "ChatMessage",
     "ChatModel",
+    "ChatModelEnvAgent",
     "FailingModel",
     "LocalChatModel",
     "MistakeThenRecover",

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from budgetmix.environment import StepLabel, StepResult, Task
 from budgetmix.evaluation import EvalConfig, Evaluator
-from budgetmix.training.envs.base import StepLabel, StepResult, Task
 
 
 class WalkEnv:

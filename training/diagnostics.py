@@ -30,12 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from budgetmix.budget import Budget
+from budgetmix.environment import Environment, Task, unwrap
 from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
 from budgetmix.training.chat import environment_message
-from budgetmix.training.envs.base import Environment, Task
-from budgetmix.training.envs.faulty_tools import unwrap
 from budgetmix.training.envs.frozenlake_oracle import (
     ACTIONS,
     FrozenLakeModel,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from budgetmix.environment import Task
 from budgetmix.evaluation.passk import TaskCounts, pass_at_k_summary, wilson_interval
 from budgetmix.training.diagnostics import (
     DecisionPoint,
@@ -41,7 +42,6 @@ from budgetmix.training.diagnostics import (
     recovery_injection,
     run_episodes,
 )
-from budgetmix.training.envs.base import Task
 from budgetmix.training.envs.frozenlake_oracle import (
     FrozenLakeModel,
     aware_success_curve,

@@ -30,8 +30,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from budgetmix.environment import StepLabel, StepResult, Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs.base import StepLabel, StepResult, Task
 from budgetmix.training.envs.frozenlake import FrozenLakeEnv, parse_action
 from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, stationary_policy
 

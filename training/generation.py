@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+from budgetmix.environment import Environment
 from budgetmix.ledger import LedgerState
-from budgetmix.training.envs.base import Environment
 
 
 def _cache_kwarg() -> str:

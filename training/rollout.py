@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from budgetmix.budget import Budget
+from budgetmix.environment import StepLabel, Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
-from budgetmix.training.envs.base import StepLabel, Task
 from budgetmix.training.generation import GenerationRequest, TokenGenerator
 
 __all__ = [

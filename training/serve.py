@@ -2,8 +2,8 @@
 
 Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
 
-* :class:`TrainedPolicyAgent` acts in any :class:`~budgetmix.training.envs.base.Environment`
-  under the controller (it is a :class:`budgetmix.evaluation.EnvAgent`). It
+* :class:`TrainedPolicyAgent` acts in any :class:`~budgetmix.environment.Environment`
+  under the controller (it is a :class:`budgetmix.environment.EnvAgent`). It
   builds its context exactly like a training rollout — token in, token out:
   the prompt ids, then per turn the sampled ids plus the ids of
   ``observation + "\\n" + notice`` with the notice rendered by the controller
@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from budgetmix.environment import Environment
 from budgetmix.exceptions import BudgetmixError, ConfigError
-from budgetmix.training.envs.base import Environment
 
 __all__ = ["TrainedPolicyAgent", "chat_model"]
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs.base import Task
 
 if TYPE_CHECKING:
     from budgetmix.training.generation import DemoAgent, GenerationRequest

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from budgetmix.environment import StepLabel, StepResult, Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs.base import StepLabel, StepResult, Task
 
 if TYPE_CHECKING:
     from budgetmix.training.generation import GenerationRequest

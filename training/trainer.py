@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from budgetmix.environment import Task
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.algorithms import (
@@ -35,7 +36,6 @@ from budgetmix.training.algorithms import (
 from budgetmix.training.chat import ChatCodec
 from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from budgetmix.training.config import TrainConfig
-from budgetmix.training.envs.base import Task
 from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
 from budgetmix.training.rollout import (

@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import BudgetSampler
 from budgetmix.training.chat import ChatCodec
-from budgetmix.training.envs.base import Task
 from budgetmix.training.generation import ModelGenerator, TokenGenerator
 from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
 

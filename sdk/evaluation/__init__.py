@@ -7,19 +7,17 @@
   Wilson / bootstrap intervals.
 * :func:`summarize`, :func:`build_report`, :func:`compare_runs`: summary JSON,
   markdown tables, PNG plots (matplotlib, the ``plots`` extra).
-* :func:`eval_main` / :func:`report_main`: the ``budgetmix eval`` / ``report`` commands.
+* :class:`ScriptedEnvAgent`: a scripted agent as an evaluator agent (the agent
+  protocols are in :mod:`budgetmix.environment`; a chat model plays through
+  :class:`budgetmix.adapters.ChatModelEnvAgent`).
+
+The ``budgetmix eval`` / ``report`` commands are :mod:`budgetmix.cli.eval` and
+:mod:`budgetmix.cli.report`.
 
 Importing this package loads neither matplotlib nor gymnasium.
 """
 
-from budgetmix.evaluation.agents import (
-    AgentReply,
-    AsyncEnvAgent,
-    ChatModelEnvAgent,
-    EnvAgent,
-    ScriptedEnvAgent,
-)
-from budgetmix.evaluation.cli import eval_main, report_main
+from budgetmix.evaluation.agents import ScriptedEnvAgent
 from budgetmix.evaluation.failures import FAILURE_CATEGORIES, classify_failure
 from budgetmix.evaluation.metrics import cost_at_success, success_at_cost, summarize
 from budgetmix.evaluation.passk import (
@@ -38,10 +36,6 @@ from budgetmix.evaluation.runner import EvalConfig, EvalRun, Evaluator, derive_s
 
 __all__ = [
     "FAILURE_CATEGORIES",
-    "AgentReply",
-    "AsyncEnvAgent",
-    "ChatModelEnvAgent",
-    "EnvAgent",
     "EpisodeRecord",
     "EvalConfig",
     "EvalRun",
@@ -57,13 +51,11 @@ __all__ = [
     "compare_runs",
     "cost_at_success",
     "derive_seed",
-    "eval_main",
     "markdown_report",
     "pass_at_k",
     "pass_at_k_curve",
     "pass_at_k_summary",
     "read_results",
-    "report_main",
     "success_at_cost",
     "summarize",
     "wilson_interval",

@@ -46,13 +46,14 @@ from budgetmix._cli_errors import (
     output_dir,
     run_command,
 )
-from budgetmix.evaluation.agents import AsyncEnvAgent, ChatModelEnvAgent, EnvAgent, ScriptedEnvAgent
+from budgetmix.adapters.env_agent import ChatModelEnvAgent
+from budgetmix.environment import AsyncEnvAgent, EnvAgent, Task
+from budgetmix.evaluation.agents import ScriptedEnvAgent
 from budgetmix.evaluation.report_cli import report_main, write_report
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.evaluation.runner import EvalConfig, Evaluator
 from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError
 from budgetmix.notice import NOTICE_FORMATS
-from budgetmix.training.envs.base import Task
 
 __all__ = [
     "build_agent_factory",

@@ -44,7 +44,15 @@ from typing import Any, Literal, TypeVar
 from budgetmix.accounting import DEFAULT_ACCOUNTING
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
-from budgetmix.evaluation.agents import AgentReply, AsyncEnvAgent, EnvAgent, is_async_agent
+from budgetmix.environment import (
+    AgentReply,
+    AsyncEnvAgent,
+    EnvAgent,
+    Environment,
+    FaultInjection,
+    Task,
+    is_async_agent,
+)
 from budgetmix.evaluation.results import EpisodeRecord, ResultsWriter
 from budgetmix.evaluation.trajectory import (
     EpisodeKey,
@@ -60,7 +68,6 @@ from budgetmix.events import EpisodeResult
 from budgetmix.exceptions import ConfigError, ProviderError
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
 from budgetmix.policy import EveryTurnNotice
-from budgetmix.training.envs.base import Environment, Task
 from opentelemetry import metrics, trace
 
 __all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "derive_seed"]
@@ -100,7 +107,7 @@ class EvalConfig:
         env_seed_mode: ``"task"`` (reset with ``task.seed``) or ``"sample"``.
         training_ceiling: budgets above it are labelled ``extrapolated``.
         fault_step: inject an environment failure at this 1-based step
-            (:class:`~budgetmix.training.envs.FaultInjection`).
+            (:class:`~budgetmix.environment.FaultInjection`).
         prefix_sharing: derive smaller budgets of budget-blind agents by truncation.
         on_error: ``"raise"`` (abort on an agent bug) or ``"record"`` (category ``error``).
         env_in_thread: run ``env.reset``/``env.step`` in the thread pool.
@@ -393,8 +400,6 @@ class Evaluator:
     def _make_env(self, task: Task) -> Environment:
         env = task.make_env()
         if self.config.fault_step is not None:
-            from budgetmix.training.envs.faulty_tools import FaultInjection
-
             return FaultInjection(env, self.config.fault_step)
         return env
 

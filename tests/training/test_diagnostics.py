@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("gymnasium")
 pytest.importorskip("numpy")
 
+from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.diagnostics import (
     DecisionPoint,
@@ -25,7 +26,6 @@ from budgetmix.training.diagnostics import (
     success_curve,
     worst_action,
 )
-from budgetmix.training.envs.base import Task
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
 from budgetmix.training.experiment_env import CompactFrozenLake
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from budgetmix import Budget, BudgetController, EveryTurnNotice
+from budgetmix.environment import Task
 from budgetmix.policies.samplers import FixedBudget
 from budgetmix.training.chat import ChatCodec
 from budgetmix.training.envs import FrozenLakeEnv
-from budgetmix.training.envs.base import Task
 from budgetmix.training.generation import ModelGenerator
 from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 from budgetmix.training.serve import TrainedPolicyAgent

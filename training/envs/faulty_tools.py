@@ -1,4 +1,4 @@
-"""A tool-use task with injectable faults, and a fault wrapper for any environment.
+"""A tool-use task with injectable faults.
 
 :class:`FaultyToolsEnv` is a pointer-chasing lookup: a table maps keys to
 values; a value ``see kN`` points to another key. The agent must follow the
@@ -25,8 +25,8 @@ Labels per step:
   the right answer. A wrong answer ends the episode with ``detail="wrong answer"``
   (no mistake kind fits a planning error).
 
-:class:`FaultInjection` wraps any :class:`Environment` and rejects chosen steps
-with an error observation and ``mistake="env_action_failed"``.
+:class:`~budgetmix.environment.FaultInjection` wraps any environment and rejects
+chosen steps with an error observation and ``mistake="env_action_failed"``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import re
 from collections.abc import Callable, Collection
 from typing import Any
 
+from budgetmix.environment import EnvStateError, StepLabel, StepResult
 from budgetmix.exceptions import BudgetmixError, ConfigError
-from budgetmix.training.envs.base import Environment, EnvStateError, StepLabel, StepResult
 
-__all__ = ["FaultInjection", "FaultyToolsEnv", "ToolCallError", "make_tools", "unwrap"]
+__all__ = ["FaultyToolsEnv", "ToolCallError", "make_tools"]
 
 _ACTION = re.compile(
     r"^\s*[`*]*\s*(call|answer)\b[ \t]*(.*?)[`*]*\s*$", re.IGNORECASE | re.MULTILINE
@@ -52,13 +52,6 @@ _TOOLS = ("lookup", "list_keys")
 
 class ToolCallError(BudgetmixError, RuntimeError):
     """A tool function failed; the message is what the environment reported."""
-
-
-def unwrap(env: Environment) -> Environment:
-    """The innermost environment below wrappers that expose ``inner`` (:class:`FaultInjection`)."""
-    while isinstance(getattr(env, "inner", None), Environment):
-        env = env.inner  # type: ignore[attr-defined]
-    return env
 
 
 class FaultyToolsEnv:
@@ -275,53 +268,3 @@ def make_tools(env: FaultyToolsEnv) -> list[Callable[..., str]]:
         return _run(env.step(f"answer {value}"))
 
     return [lookup, list_keys, submit_answer]
-
-
-class FaultInjection:
-    """Wrap any environment so chosen steps fail without reaching it.
-
-    At each 1-based step in ``fail_at_step`` (an int or a collection) the action is
-    rejected: the observation says so, nothing changes in the inner environment,
-    and the label is ``mistake="env_action_failed"`` (``valid=True``: the action
-    itself may have been fine). ``inner`` is the wrapped environment.
-
-    Raises:
-        ConfigError: a step < 1.
-    """
-
-    def __init__(
-        self,
-        env: Environment,
-        fail_at_step: int | Collection[int],
-        *,
-        message: str = "Error: the environment failed to apply this action; nothing changed. "
-        "Try again.",
-    ) -> None:
-        steps = frozenset({fail_at_step} if isinstance(fail_at_step, int) else fail_at_step)
-        if any(s < 1 for s in steps):
-            raise ConfigError("fail_at_step: steps are 1-based")
-        self.inner = env
-        self.fail_at_steps = steps
-        self.message = message
-        self.name = f"{env.name}+faults"
-        self.steps = 0
-
-    def instructions(self) -> str:
-        """The wrapped environment's instructions."""
-        return self.inner.instructions()
-
-    def reset(self, seed: int) -> str:
-        """Reset the wrapped environment and the step count."""
-        self.steps = 0
-        return self.inner.reset(seed)
-
-    def step(self, action: str) -> StepResult:
-        """Fail this step if it is a chosen one, else pass it through."""
-        self.steps += 1
-        if self.steps in self.fail_at_steps:
-            return StepResult(
-                observation=self.message,
-                label=StepLabel(mistake="env_action_failed", detail="injected fault"),
-                info={"injected_fault": True, "step": self.steps},
-            )
-        return self.inner.step(action)

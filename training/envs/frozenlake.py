@@ -27,8 +27,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from budgetmix.environment import EnvStateError, StepLabel, StepResult
 from budgetmix.exceptions import ConfigError, MissingExtraError
-from budgetmix.training.envs.base import EnvStateError, StepLabel, StepResult
 from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, discounted_values
 
 if TYPE_CHECKING:

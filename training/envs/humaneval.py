@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from budgetmix.environment import EnvStateError, StepLabel, StepResult
 from budgetmix.exceptions import ConfigError, MissingExtraError
-from budgetmix.training.envs.base import EnvStateError, StepLabel, StepResult
 from budgetmix.training.envs.sandbox import SandboxLimits, SandboxResult, run_python
 
 __all__ = ["HumanEvalEnv", "build_program", "extract_code", "load_problems"]

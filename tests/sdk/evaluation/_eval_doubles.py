@@ -7,8 +7,8 @@ import random
 import threading
 from collections.abc import Sequence
 
+from budgetmix.environment import StepLabel, StepResult, Task
 from budgetmix.exceptions import ProviderError
-from budgetmix.training.envs.base import StepLabel, StepResult, Task
 
 
 class LineEnv:

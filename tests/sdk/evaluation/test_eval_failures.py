@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from _eval_doubles import PROVIDER_DOWN, LineEnv, Script
+from budgetmix.environment import Task
 from budgetmix.evaluation import FAILURE_CATEGORIES, EvalConfig, Evaluator, classify_failure
-from budgetmix.training.envs.base import Task
 
 
 def play(tmp_path: Path, agent: Script, *, ends_on: tuple[str, ...] = (), **cfg: object) -> str:

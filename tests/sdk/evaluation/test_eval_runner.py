@@ -10,8 +10,9 @@ from typing import Any, Literal
 import pytest
 from _eval_doubles import AsyncWalker, LineEnv, RandomWalker, Script, line_tasks
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec, Usage
+from budgetmix.adapters.env_agent import ChatModelEnvAgent
+from budgetmix.environment import Task
 from budgetmix.evaluation import (
-    ChatModelEnvAgent,
     EpisodeRecord,
     EvalConfig,
     Evaluator,
@@ -19,7 +20,6 @@ from budgetmix.evaluation import (
     read_results,
 )
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs.base import Task
 
 BUDGETS = (2, 3, 5, 8, 13)
 

@@ -8,10 +8,10 @@ import sys
 
 import budgetmix.training.envs as envs
 import pytest
+from budgetmix.environment import FaultInjection, ScriptedAgent
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import (
     ENVIRONMENTS,
-    FaultInjection,
     FaultyToolsEnv,
     FaultyToolsOracle,
     FrozenLakeEnv,
@@ -19,7 +19,6 @@ from budgetmix.training.envs import (
     FrozenLakeOracle,
     NoisyOracle,
     RandomAgent,
-    ScriptedAgent,
     aware_success_curve,
     make_env,
     play,

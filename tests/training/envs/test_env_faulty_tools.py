@@ -1,19 +1,13 @@
-"""FaultyToolsEnv labels and faults, tool functions, FaultInjection."""
+"""FaultyToolsEnv labels and faults, tool functions."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from budgetmix.environment import FaultInjection
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs import (
-    FaultInjection,
-    FaultyToolsEnv,
-    FrozenLakeEnv,
-    ToolCallError,
-    make_tools,
-    unwrap,
-)
+from budgetmix.training.envs import FaultyToolsEnv, ToolCallError, make_tools
 
 
 def lookup(key: str) -> str:
@@ -100,22 +94,6 @@ def test_tool_functions() -> None:
     assert env.chain[0] in list_keys()
     assert submit(env.answer) == "Correct."
     assert env.success
-
-
-def test_fault_injection_on_any_env() -> None:
-    inner = FrozenLakeEnv(map_name="4x4", slippery=False)
-    env = FaultInjection(inner, fail_at_step=2)
-    assert env.name == "frozenlake+faults" and unwrap(env) is inner
-    assert env.instructions() == inner.instructions()
-    env.reset(0)
-    assert env.step("down").label.mistake is None
-    failed = env.step("down")
-    assert failed.label.mistake == "env_action_failed" and failed.info["injected_fault"]
-    assert inner.position == (1, 0)  # the rejected move did not happen
-    assert env.step("down").label.mistake is None
-    assert inner.position == (2, 0)
-    env.reset(0)  # the step count restarts
-    assert env.step("down").label.mistake is None
 
 
 def test_bad_config() -> None:

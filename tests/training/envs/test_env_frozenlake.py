@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from budgetmix.environment import EnvStateError
 from budgetmix.exceptions import ConfigError, MissingExtraError
-from budgetmix.training.envs import EnvStateError, FrozenLakeEnv, parse_action
+from budgetmix.training.envs import FrozenLakeEnv, parse_action
 
 
 @pytest.mark.parametrize(

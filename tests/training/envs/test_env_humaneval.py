@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from budgetmix.environment import EnvStateError
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import (
-    EnvStateError,
     HumanEvalEnv,
     HumanEvalOracle,
     SandboxLimits,
