@@ -35,7 +35,10 @@ def check_tool_names(field: str, names: Any) -> Sequence[str]:
     Raises:
         ConfigError: not a list or tuple of strings; the message names ``field``.
     """
-    if isinstance(names, str | bytes) or not isinstance(names, Sequence):
+    # a list or tuple first: the ABC check costs more, and this runs every tool batch
+    if type(names) not in (list, tuple) and (
+        isinstance(names, str | bytes) or not isinstance(names, Sequence)
+    ):
         raise ConfigError(f"{field} must be a list of tool names, got {type(names).__name__}")
     for i, name in enumerate(names):
         if not isinstance(name, str):
@@ -51,7 +54,9 @@ def check_call_ids(names: Sequence[str], call_ids: Any) -> Sequence[str | None]:
     """
     if call_ids is None:
         return [None] * len(names)
-    if isinstance(call_ids, str | bytes) or not isinstance(call_ids, Sequence):
+    if type(call_ids) not in (list, tuple) and (
+        isinstance(call_ids, str | bytes) or not isinstance(call_ids, Sequence)
+    ):
         raise ConfigError(f"call_ids must be a list, got {type(call_ids).__name__}")
     if len(call_ids) != len(names):
         raise ConfigError("call_ids must have one entry per tool name")

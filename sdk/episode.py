@@ -412,7 +412,12 @@ class Episode:
         call_id: str | None = None,
         detail: str = "",
     ) -> Mistake:
-        """Record a mistake (also a failed step) and emit ``budgetmix.mistake``."""
+        """Record a mistake (also a failed step) and emit ``budgetmix.mistake``.
+
+        Raises:
+            ConfigError: ``kind`` is not a :class:`MistakeKind` (or its value), or
+                ``detail``, ``tool``, ``call_id`` of the wrong type; nothing is recorded.
+        """
         m = self._tracker.mistake(kind, self.turn_number, tool=tool, call_id=call_id, detail=detail)
         if call_id:
             self._outcomes.add(call_id)

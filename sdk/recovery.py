@@ -37,11 +37,15 @@ class RecoveryTracker:
         """Record a mistake in ``turn``.
 
         Raises:
-            ConfigError: ``kind`` is not a mistake kind or ``detail`` not a str.
+            ConfigError: ``kind`` is not a mistake kind, ``detail`` not a str, or
+                ``tool`` / ``call_id`` neither a str nor ``None``.
         """
         kind = mistake_kind(kind)
         if not isinstance(detail, str):
             raise ConfigError(f"detail must be a str, got {type(detail).__name__}")
+        for field, value in (("tool", tool), ("call_id", call_id)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{field} must be a str or None, got {type(value).__name__}")
         with self._lock:
             m = Mistake(
                 id=f"m{len(self.mistakes) + 1}",

@@ -387,3 +387,12 @@ def test_ledger_arguments_are_validated() -> None:
             Ledger(Budget(turns=3), **kwargs)
     with pytest.raises(ConfigError, match="name"):
         Ledger(Budget(turns=3)).refund_tool_call(["a"])  # type: ignore[arg-type]
+
+
+def test_mistake_tool_and_call_id_must_be_strings() -> None:
+    c = BudgetController(Budget(turns=3))
+    with c.episode() as ep:
+        for kwargs, field in (({"tool": 3}, "tool"), ({"call_id": ["c"]}, "call_id")):
+            with pytest.raises(ConfigError, match=field):
+                ep.record_mistake(MistakeKind.TOOL_ERROR, **kwargs)
+        assert ep.mistakes == []
