@@ -73,46 +73,70 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 _SCALARS = (str, int, float, bool)
+_NESTED = (dict, list, tuple)
+#: A request nesting deeper is refused before the charge: JSON encoders recurse once per
+#: level and fail near Python's recursion limit (1000) with the caller's frames counted.
+MAX_REQUEST_DEPTH = 512
+# what _scan finds
+_PLAIN, _OTHER, _UNSENDABLE = 0, 1, 2
 
 
 def plain_json(messages: list[Any]) -> bool:
     """True when ``messages`` is made only of dicts with str keys, lists and JSON scalars.
 
-    It runs over the whole history every turn, so the common message (a dict of
-    strings) is checked in one flat loop, and only the values that nest (tool calls,
-    content blocks) go through the general walk: about 0.4 us per message (the SDK's
-    own transform costs 0.1–0.2 ms per message).
+    It runs over the whole history every turn: one pass, level by level, that ends at
+    strings (most values) and at the first value that is not JSON; about 0.3 us per
+    message (the SDK's own transform costs 0.1–0.2 ms per message).
     """
-    nested: list[Any] = []
-    for message in messages:
-        if type(message) is not dict:
-            nested.append(message)
-            continue
-        for key, value in message.items():
-            if type(key) is not str:
-                return False
-            if type(value) is not str:
-                nested.append(value)
-    return not nested or _plain_json_walk(nested)
+    return _scan(messages, depth=2, encoding=False, stop_at_other=True) == _PLAIN
 
 
-def _plain_json_walk(pending: list[Any]) -> bool:
-    """The general check over ``pending`` values. Iterative: no recursion limit."""
-    pop, push = pending.pop, pending.append
-    while pending:
-        item = pop()
-        kind = type(item)
-        if kind is dict:
-            for key, child in item.items():
-                if type(key) is not str:
-                    return False
-                if type(child) is not str:  # strings, most values, end here
-                    push(child)
-        elif kind is list:
-            pending.extend(item)
-        elif kind not in _LEAVES and not isinstance(item, _SCALARS):
-            return False  # (str and int subclasses, such as enums, are JSON)
-    return True
+def _scan(values: list[Any], *, depth: int, encoding: bool, stop_at_other: bool) -> int:
+    """One walk over ``values`` (at nesting ``depth``), level by level, so the depth is
+    known without recursing: ``_PLAIN`` (all plain JSON), ``_OTHER`` (it holds other
+    objects, the SDK's to encode; with ``stop_at_other`` the walk ends there) or
+    ``_UNSENDABLE``: a container deeper than :data:`MAX_REQUEST_DEPTH`, and with
+    ``encoding`` a string with a lone surrogate or a float that is not finite."""
+    found, level = _PLAIN, values
+    while level:
+        if depth > MAX_REQUEST_DEPTH and any(isinstance(x, _NESTED) for x in level):
+            return _UNSENDABLE
+        below: list[Any] = []
+        push = below.append
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                if encoding and not item.isascii() and _lone_surrogate(item):
+                    return _UNSENDABLE
+            elif kind is dict:
+                for key, child in item.items():
+                    if type(key) is not str:
+                        if stop_at_other:
+                            return _OTHER
+                        found = _OTHER
+                    elif encoding and not key.isascii() and _lone_surrogate(key):
+                        return _UNSENDABLE
+                    if type(child) is not str:
+                        push(child)
+                    elif encoding and not child.isascii() and _lone_surrogate(child):
+                        return _UNSENDABLE
+            elif kind is list:
+                below.extend(item)
+            elif kind in _LEAVES:
+                if encoding and kind is float and not math.isfinite(item):
+                    return _UNSENDABLE
+            elif isinstance(item, _SCALARS):  # str, int and float subclasses (enums) are JSON
+                if encoding and _scalar_problem(item) is not None:
+                    return _UNSENDABLE
+            elif stop_at_other:
+                return _OTHER
+            else:
+                found = _OTHER
+                if isinstance(item, _NESTED):  # a tuple, a dict subclass: still encoded as JSON
+                    below.extend(item.values() if isinstance(item, dict) else item)
+        level = below
+        depth += 1
+    return found
 
 
 def send_as_is(kwargs: dict[str, Any], key: str, *, sdk_sees: list[Any]) -> None:
@@ -127,9 +151,6 @@ def send_as_is(kwargs: dict[str, Any], key: str, *, sdk_sees: list[Any]) -> None
     kwargs[key] = sdk_sees
 
 
-#: A request nesting deeper is refused before the charge: JSON encoders recurse once per
-#: level and fail near Python's recursion limit (1000) with the caller's frames counted.
-MAX_REQUEST_DEPTH = 512
 #: ``create`` arguments that are not part of the JSON body.
 _NOT_BODY = frozenset({"extra_headers", "extra_query", "timeout"})
 
@@ -139,10 +160,18 @@ def request_problem(body: Mapping[str, Any], *, encoding: bool = False) -> str |
     :data:`MAX_REQUEST_DEPTH`, and with ``encoding`` also a string with a lone surrogate
     (not UTF-8) or a float that is not finite (not JSON), as the SDKs encode neither.
 
-    Only dicts, lists and tuples are walked (other objects are the SDK's to encode);
-    iteratively, so any depth is measured. Strings are checked in one C call each unless
-    they are not ASCII.
+    Only dicts, lists and tuples are walked (other objects are the SDK's to encode),
+    without recursion, so any depth is measured; the path is traced only when there is
+    something to name.
     """
+    values = [v for k, v in body.items() if k not in _NOT_BODY]
+    if _scan(values, depth=1, encoding=encoding, stop_at_other=False) != _UNSENDABLE:
+        return None
+    return _locate(body, encoding=encoding)
+
+
+def _locate(body: Mapping[str, Any], *, encoding: bool) -> str:
+    """The first place in ``body`` :func:`_scan` objects to, as a path and a reason."""
     pending: list[tuple[Any, int, Any]] = [(body, 0, None)]  # (container, depth, where)
     while pending:
         item, depth, where = pending.pop()
@@ -165,10 +194,9 @@ def request_problem(body: Mapping[str, Any], *, encoding: bool = False) -> str |
                 problem = _scalar_problem(value)
                 if problem is not None and (depth or key not in _NOT_BODY):
                     return f"{_path((where, key))}: {problem}"
-    return None
+    return "the body cannot be encoded as JSON"
 
 
-_NESTED = (dict, list, tuple)
 _NOT_UTF8 = "has a lone surrogate, which is not UTF-8"
 
 
@@ -237,19 +265,33 @@ def _shape_problem(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -
     return None
 
 
-def check_request(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> None:
-    """Refuse, before anything is charged or sent, a request budgetmix cannot handle.
+def check_request(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> bool | None:
+    """Refuse, before anything is charged or sent, a request budgetmix cannot handle;
+    with ``sdk_call``, whether the history is plain JSON (see :func:`plain_json`).
+
+    The history (``messages`` / ``input``, where text from models and tools ends up) and
+    the top-level values are checked to encode as JSON; other arguments (tools,
+    ``extra_body``) are the SDK's to encode, as it is theirs to walk every turn.
 
     Raises:
         ConfigError: naming the field.
     """
     problem = _shape_problem(kind, body, sdk_call=sdk_call)
+    plain = None
     if problem is None and sdk_call:
-        problem = request_problem(body, encoding=True)
-        if problem is not None:
+        history = body.get("input" if kind == "responses" else "messages")
+        found = _PLAIN if isinstance(history, list) else _OTHER
+        if isinstance(history, (list, tuple)):
+            found = _scan(list(history), depth=2, encoding=True, stop_at_other=False)
+        if found == _UNSENDABLE or any(
+            _scalar_problem(v) is not None for k, v in body.items() if k not in _NOT_BODY
+        ):
+            problem = _locate(body, encoding=True)
             problem += "; the request content could not be encoded as JSON"
+        plain = found == _PLAIN and isinstance(history, list)
     if problem is not None:
         raise ConfigError(f"{problem}; nothing was sent (no turn was charged)")
+    return plain
 
 
 class TurnRequest:
@@ -269,6 +311,7 @@ class TurnRequest:
 
     __slots__ = (
         "_original",
+        "_plain",
         "_sdk_transform",
         "body",
         "episode",
@@ -289,7 +332,7 @@ class TurnRequest:
         sdk_transform: bool = False,
         sdk_call: bool = False,
     ) -> None:
-        check_request(kind, body, sdk_call=sdk_call)
+        self._plain = check_request(kind, body, sdk_call=sdk_call)
         model = body.get("model")
         self.model = model if isinstance(model, str) else None
         if episode.ledger.limit("cost_usd") is not None:
@@ -341,7 +384,10 @@ class TurnRequest:
         key = "input" if self.kind == "responses" else "messages"
         kwargs = {**self.body, **overrides}
         original = self._original.get(key)
-        if isinstance(original, list) and plain_json(original):
+        plain = self._plain  # found before the charge when the SDK's arguments were checked
+        if plain is None:
+            plain = isinstance(original, list) and plain_json(original)
+        if plain and isinstance(original, list):
             send_as_is(kwargs, key, sdk_sees=original if self._sdk_transform else [])
         return kwargs
 

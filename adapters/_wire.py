@@ -212,6 +212,8 @@ def read_anthropic_usage(out: ParsedResponse, usage: Any) -> None:
     out.cache_write_tokens = _int(get(usage, "cache_creation_input_tokens", None)) or 0
     if inp is not None:
         inp += out.cache_read_tokens + out.cache_write_tokens
+        if inp >= _MAX_COUNT:  # three valid counts, one impossible total: not reported
+            inp = None
     out.input_tokens = inp
     out.output_tokens = _int(get(usage, "output_tokens", None))
 

@@ -509,3 +509,23 @@ def test_a_data_field_over_several_lines_is_one_event() -> None:
     with rig.controller.episode() as ep:
         read_stream(BudgetTransport(_serve_chunks([payload]), rig.controller))
         assert ep.state.used["input_tokens"] == 4
+
+
+async def test_the_async_transport_enforces_both_limits() -> None:
+    from budgetmix.adapters.http import AsyncBudgetTransport
+
+    big_event = sse_reply(sse(chunk("a" * 5000)))
+    rig = make_rig([Reply(body=chat_body(content="x" * 30_000)), big_event])
+    url = "http://fake.test/v1/chat/completions"
+    budget = AsyncBudgetTransport(
+        rig.net, rig.controller, max_event_bytes=1000, max_body_bytes=20_000
+    )
+    with rig.controller.episode() as ep:
+        async with httpx.AsyncClient(transport=budget) as http:
+            with pytest.raises(ResponseFormatError, match="max_body_bytes=20000"):
+                await http.post(url, json=chat_request())
+            with pytest.raises(ResponseFormatError, match="max_event_bytes=1000"):
+                async with http.stream("POST", url, json=chat_request(stream=True)) as r:
+                    async for _ in r.aiter_raw():
+                        pass
+    assert kinds(ep) == ["provider_error", "provider_error"] and ep.state.used["turns"] == 0
