@@ -46,6 +46,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 import httpx
+from budgetmix.adapters._replies import HTTPStatusFailure, refused, sdk_safe, terminal_body
 from budgetmix.adapters._sse import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
@@ -66,7 +67,6 @@ from budgetmix.episode import Episode
 from budgetmix.events import EpisodeResult
 from budgetmix.exceptions import (
     BudgetExhausted,
-    BudgetmixError,
     ConfigError,
     EarlyStopped,
     ProviderError,
@@ -109,99 +109,6 @@ def wire_kind(method: str, path: str) -> WireKind | None:
 def _lib(request: Any) -> ModuleType:
     # httpx and httpx2 share one API; answer in the library the request came from
     return sys.modules[type(request).__module__.split(".", 1)[0]]
-
-
-_SAFE_CLASSES: dict[tuple[type[Exception], ...], type[Exception]] = {}
-
-
-def _sdk_safe_class(
-    base: type[Exception], sdk_bases: tuple[type[Exception], ...]
-) -> type[Exception]:
-    key = (base, *sdk_bases)
-    cls = _SAFE_CLASSES.get(key)
-    if cls is None:
-        cls = _SAFE_CLASSES[key] = type(base.__name__, key, {"__module__": base.__module__})
-    return cls
-
-
-def _sdk_safe(exc: BaseException) -> BaseException:
-    """One of budgetmix's errors (a stop, a refused request, an unreadable response) as
-    a subclass of the loaded SDKs' base errors too, so the SDKs raise it as is instead of
-    wrapping it in a connection error and retrying; any other exception unchanged."""
-    if not isinstance(exc, BudgetmixError):
-        return exc
-    bases = tuple(
-        getattr(sys.modules[mod], name)
-        for mod, name in (("openai", "OpenAIError"), ("anthropic", "AnthropicError"))
-        if mod in sys.modules and hasattr(sys.modules[mod], name)
-    )
-    if not bases:
-        return exc
-    cls: Callable[..., BaseException] = _sdk_safe_class(type(exc), bases)  # exc's own signature
-    if isinstance(exc, BudgetExhausted):
-        return cls(exc.dimension, exc.used, exc.limits, exc.transcript, exc.episode_id)
-    if isinstance(exc, EarlyStopped):
-        return cls(exc.reason, exc.episode_id)
-    if isinstance(exc, ProviderError):
-        return cls(str(exc), status_code=exc.status_code, retryable=exc.retryable)
-    return cls(str(exc))
-
-
-def _refused(what: str) -> BaseException:
-    """A budgeted request refused before anything was sent (no turn charged)."""
-    return _sdk_safe(ConfigError(f"request body: {what}; budgetmix refused it (nothing was sent)"))
-
-
-class HTTPStatusFailure(Exception):
-    """An error-status response, raised so the retry policy can classify it."""
-
-    def __init__(self, response: Any) -> None:
-        super().__init__(f"HTTP {response.status_code}")
-        self.response = response
-        self.status_code: int = response.status_code
-
-
-def _terminal_body(kind: WireKind, model: str, text: str) -> dict[str, Any]:
-    if kind == "chat":
-        message = {"role": "assistant", "content": text}
-        return {
-            "id": "chatcmpl-budgetmix",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }
-    if kind == "responses":
-        part = {"type": "output_text", "text": text, "annotations": []}
-        item = {"type": "message", "id": "msg_budgetmix", "status": "completed"}
-        usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        return {
-            "id": "resp_budgetmix",
-            "object": "response",
-            "created_at": 0,
-            "status": "completed",
-            "model": model,
-            "output": [{**item, "role": "assistant", "content": [part]}],
-            "parallel_tool_calls": False,
-            "tool_choice": "none",
-            "tools": [],
-            "usage": {
-                **usage,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 0},
-            },
-        }
-    return {
-        "id": "msg_budgetmix",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 0, "output_tokens": 0},
-    }
 
 
 def _conversation_key(kind: WireKind, body: dict[str, Any]) -> str:
@@ -329,7 +236,7 @@ class _TransportCore:
                 self.target, BudgetController
             ):
                 return None  # nothing would be budgeted: it goes as it came
-            raise _refused(problem)  # passed on unread, it would skip the budget
+            raise refused(problem)  # passed on unread, it would skip the budget
         ep = self.episode_for(request, kind, body)
         if ep is None:
             return None
@@ -340,11 +247,11 @@ class _TransportCore:
             if self.on_exhausted == "respond":
                 text = f"[budget: {exc}]"
                 model = body.get("model")
-                payload = _terminal_body(kind, model if isinstance(model, str) else "", text)
+                payload = terminal_body(kind, model if isinstance(model, str) else "", text)
                 return lib.Response(200, json=payload, request=request)
-            raise _sdk_safe(exc) from exc
+            raise sdk_safe(exc) from exc
         except ConfigError as exc:
-            raise _sdk_safe(exc) from exc
+            raise sdk_safe(exc) from exc
         out = req.body
         try:
             content = _COMPACT_JSON(out).encode()
@@ -386,7 +293,7 @@ class _TransportCore:
         ``record`` (else inside the turn's call, which records it)."""
         sync_tap, async_tap = tap_streams(plan.lib)
         cls = async_tap if is_async else sync_tap
-        tap = BodyLimitTap(plan.req if record else None, self.max_body, _sdk_safe)
+        tap = BodyLimitTap(plan.req if record else None, self.max_body, sdk_safe)
         response.stream = cls(response.stream, tap)
 
     def within_limit(self, plan: _Plan | None, content: bytes) -> bytes:
@@ -397,7 +304,7 @@ class _TransportCore:
         exc = limit_error("the response body", "max_body_bytes", self.max_body)
         if plan is not None:
             plan.req.turn.failed(exc)
-        raise _sdk_safe(exc)
+        raise sdk_safe(exc)
 
     def finish_json(self, plan: _Plan, response: Any, content: bytes) -> Any:
         try:
@@ -423,7 +330,7 @@ class _TransportCore:
     def tapped(self, plan: _Plan, response: Any, *, is_async: bool) -> Any:
         sync_tap, async_tap = tap_streams(plan.lib)
         cls = async_tap if is_async else sync_tap
-        tap = SSETap(plan.req, EventStreamDecoder(self.max_event, self.max_body), _sdk_safe)
+        tap = SSETap(plan.req, EventStreamDecoder(self.max_event, self.max_body), sdk_safe)
         headers = [
             (k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"
         ]

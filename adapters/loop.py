@@ -54,6 +54,7 @@ from budgetmix.adapters.tools import (
     render_tool_error,
     render_tool_result,
     run_prepared,
+    sendable_text,
 )
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
@@ -177,6 +178,7 @@ class _AgentLoop:
     def on_response(self, turn: Turn, response: ModelResponse) -> list[_Planned] | None:
         """Digest a response: ``None`` ends the run, otherwise the tool batch to run."""
         self._record_usage(turn, response)
+        response = _sendable(response)  # it goes back to the model with the history
         self._append(
             ChatMessage(role="assistant", content=response.text, tool_calls=response.tool_calls)
         )
@@ -317,17 +319,44 @@ def _controller(
     )
 
 
+def _sendable(response: ModelResponse) -> ModelResponse:
+    """``response`` with its text and tool calls as text an SDK can encode (a lone
+    surrogate, which JSON can escape, as U+FFFD); the same object when nothing changes."""
+    text = sendable_text(response.text)
+    calls = tuple(
+        ToolCallRequest(
+            id=sendable_text(c.id),
+            name=sendable_text(c.name),
+            arguments=sendable_text(c.arguments),
+        )
+        for c in response.tool_calls
+    )
+    if text == response.text and calls == response.tool_calls:
+        return response
+    return replace(response, text=text, tool_calls=calls)
+
+
+def _check_text(where: str, text: Any) -> None:
+    if not isinstance(text, str):
+        raise ConfigError(f"{where} must be a string, got {type(text).__name__}")
+    if sendable_text(text) != text:
+        raise ConfigError(f"{where} has a lone surrogate, which cannot be encoded to send")
+
+
 def _history(task: str | Sequence[ChatMessage], system: str | None) -> list[ChatMessage]:
     if isinstance(task, str):
+        _check_text("task", task)
         messages = [ChatMessage(role="user", content=task)]
     else:
         messages = list(task)  # a copy: the caller's list is never mutated
-        for m in messages:
+        for i, m in enumerate(messages):
             if not isinstance(m, ChatMessage):
                 raise ConfigError(f"task messages must be ChatMessage, got {m!r}")
+            _check_text(f"task[{i}].content", m.content)
         if not messages:
             raise ConfigError("task must be a string or a non-empty message list")
     if system is not None:
+        _check_text("system", system)
         messages.insert(0, ChatMessage(role="system", content=system))
     return messages
 

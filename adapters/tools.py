@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
 
 import pydantic
+from budgetmix.adapters._wire import repr_bounded
 from budgetmix.adapters.base import ToolCallRequest, ToolSpec
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import BudgetExhausted, ConfigError, EarlyStopped
@@ -45,6 +46,7 @@ __all__ = [
     "render_tool_error",
     "render_tool_result",
     "run_prepared",
+    "sendable_text",
     "tool",
 ]
 
@@ -403,15 +405,36 @@ _ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 
 
 def render_tool_result(result: Any) -> str:
-    """The text the model sees for a tool's return value (JSON unless it is a string)."""
+    """The text the model sees for a tool's return value (JSON unless it is a string).
+
+    Always text that can be sent: a value JSON cannot hold is shown by ``str()``, one
+    that cannot even be printed (nested too deep, a ``__str__`` that raises) by a
+    bounded ``repr``, and a lone surrogate becomes U+FFFD (no SDK can encode it).
+    """
     if isinstance(result, str):
-        return result
+        return sendable_text(result)
     try:
         return _ANY.dump_json(result).decode()
     except PydanticSerializationError:
-        return str(result)
+        pass
+    try:
+        return sendable_text(str(result))
+    except Exception:  # any __str__ may raise; the model still gets an answer
+        return sendable_text(repr_bounded(result, 2000))
 
 
 def render_tool_error(exc: BaseException) -> str:
     """The text the model sees when a tool raised."""
-    return f"Error: {type(exc).__name__}: {exc}"[:2000]
+    try:
+        text = f"Error: {type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose __str__ raises too
+        text = f"Error: {type(exc).__name__}"
+    return sendable_text(text[:2000])
+
+
+def sendable_text(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD (what a UTF-8 decoder shows for it):
+    JSON can escape one, but no SDK can encode it to send it back."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

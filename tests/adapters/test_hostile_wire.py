@@ -16,7 +16,7 @@ import httpx
 import pytest
 from _provider_fakes import ANTHROPIC_MODEL, CHAT_TOOLS, make_rig
 from budgetmix import ConfigError, ResponseFormatError
-from budgetmix.adapters.fake_server import Reply
+from budgetmix.adapters.fake_server import FakeToolCall, Reply
 from budgetmix.adapters.http import BudgetTransport
 
 openai = pytest.importorskip("openai")
@@ -529,3 +529,63 @@ async def test_the_async_transport_enforces_both_limits() -> None:
                     async for _ in r.aiter_raw():
                         pass
     assert kinds(ep) == ["provider_error", "provider_error"] and ep.state.used["turns"] == 0
+
+
+def test_a_tool_result_the_model_cannot_be_sent_is_made_sendable() -> None:
+    """What a tool returns or raises goes back to the model as text: a value nested too
+    deep to print, a ``__str__`` that raises, or a lone surrogate (bytes decoded with
+    ``surrogateescape``) would crash the loop or poison every later request."""
+    from budgetmix.adapters.tools import render_tool_error, render_tool_result
+
+    deep: Any = []
+    for _ in range(DEEP):
+        deep = [deep]
+
+    class Hostile(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    texts = [
+        render_tool_result(deep),
+        render_tool_result(Hostile()),
+        render_tool_result(b"caf\xe9".decode("utf-8", "surrogateescape")),
+        render_tool_error(Hostile()),
+        render_tool_error(ValueError("bad \udcff byte")),
+    ]
+    for text in texts:
+        text.encode("utf-8")  # raises on a lone surrogate
+        assert 0 < len(text) <= 2000
+    assert texts[2] == "caf\ufffd" and texts[3].startswith("Error: Hostile")
+
+
+def test_the_loop_refuses_a_task_that_cannot_be_encoded_before_any_turn() -> None:
+    from budgetmix import Budget
+    from budgetmix.adapters.loop import run_agent
+    from budgetmix.adapters.openai import OpenAIChatModel
+
+    rig = make_rig([Reply.say("x")])
+    model = OpenAIChatModel(rig.openai(), "gpt-4o")
+    with pytest.raises(ConfigError, match="task"):
+        run_agent(model, [], "a\ud800", Budget(turns=3))
+    with pytest.raises(ConfigError, match="system"):
+        run_agent(model, [], "hi", Budget(turns=3), system="\udcff")
+    assert rig.net.count == 0
+
+
+def test_a_lone_surrogate_the_model_sends_does_not_poison_the_loop_history() -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``); decoded, it is a string no SDK
+    can send back. The loop keeps it as U+FFFD, so the next turn still goes out."""
+    from budgetmix import Budget
+    from budgetmix.adapters.loop import run_agent
+    from budgetmix.adapters.openai import OpenAIChatModel
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    call = FakeToolCall(name="add", arguments='{"a": 1, "b": 2, "note": "\\ud800"}', id="c\ud800")
+    rig = make_rig([Reply(text="let me add \ud800", tool_calls=(call,)), Reply.say("3")])
+    run = run_agent(OpenAIChatModel(rig.openai(), "gpt-4o"), [add], "1+2?", Budget(turns=3))
+    assert run.output == "3" and rig.net.count == 2
+    sent = rig.fake.requests[1].json["messages"]
+    assert sent[1]["content"] == "let me add \ufffd" and sent[2]["tool_call_id"] == "c\ufffd"
