@@ -28,7 +28,7 @@ def test_quickstart_runs_and_finishes_within_budget(capsys: Any) -> None:
 
     namespace: dict[str, Any] = {"llm": llm, "search": search}
     exec(compile(quickstart, str(README), "exec"), namespace)
-    assert capsys.readouterr().out.split() == ["success", "3.0", "42"]
+    assert capsys.readouterr().out.split() == ["success", "3", "42"]
 
 
 def test_notice_sample_matches_the_cli() -> None:
