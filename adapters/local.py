@@ -18,6 +18,8 @@ in ``<tool_response>`` when the template has no tool support.
 
 torch and transformers are imported on first use; without them
 :class:`~budgetmix.exceptions.MissingExtraError` names the ``train`` extra.
+:func:`loading_errors` turns a loader failure on a local directory into a
+:class:`~budgetmix.exceptions.CheckpointError` (training's loader uses it too).
 """
 
 from __future__ import annotations
@@ -32,9 +34,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
-from budgetmix.exceptions import ConfigError, MissingExtraError
+from budgetmix.exceptions import CheckpointError, ConfigError, MissingExtraError
 
-__all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "LocalChatModel", "parse_tool_calls"]
+__all__ = [
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
+    "LocalChatModel",
+    "loading_errors",
+    "parse_tool_calls",
+]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -107,7 +115,7 @@ def _local_model_dir(path: str | Path, *, local_files_only: bool) -> bool:
         CheckpointError: a file the directory's manifest lists is damaged.
     """
     if Path(path).is_dir():
-        from budgetmix.training.manifest import verify_manifest
+        from budgetmix.manifest import verify_manifest
 
         verify_manifest(path)
         return True
@@ -122,13 +130,30 @@ def _local_model_dir(path: str | Path, *, local_files_only: bool) -> bool:
 
 
 @contextmanager
+def loading_errors(path: str | Path) -> Iterator[None]:
+    """Turn what transformers raises on a broken local model into a CheckpointError.
+
+    Raises:
+        CheckpointError: naming ``path`` and carrying the loader's message.
+    """
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise CheckpointError(
+            f"could not load the model in {str(path)!r}: {exc}", Path(path)
+        ) from exc
+
+
+@contextmanager
 def _loading_errors(local: str | Path | None) -> Iterator[None]:
     """Loader failures on a local directory as a CheckpointError naming it."""
     if local is None:
         yield
         return
-    from budgetmix.training.models import loading_errors
-
     with loading_errors(local):
         yield
 

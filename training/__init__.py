@@ -1,7 +1,8 @@
 """BudgetMix RL for local models: budget-aware multi-turn rollouts, GRPO/RLOO, SFT warm start.
 
 Importing this package stays light: torch and transformers load on first use
-of a name below (``from budgetmix.training import train``).
+of a name below (``from budgetmix.training import train``). The ``budgetmix
+train`` command is :mod:`budgetmix.cli.train`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from budgetmix.training.chat import ChatCodec, environment_message
-    from budgetmix.training.cli import main
     from budgetmix.training.config import PRESETS, TrainConfig, load_config, preset
     from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
     from budgetmix.training.trainer import TrainResult, train
@@ -26,7 +26,6 @@ __all__ = [
     "TrainResult",
     "environment_message",
     "load_config",
-    "main",
     "preset",
     "run_rollouts",
     "train",
@@ -35,7 +34,6 @@ __all__ = [
 _HOME = {
     "ChatCodec": "chat",
     "environment_message": "chat",
-    "main": "cli",
     "PRESETS": "config",
     "TrainConfig": "config",
     "load_config": "config",

@@ -13,7 +13,7 @@ Loading uses ``safetensors.torch.load_file`` and ``json``; nothing is
 unpickled, so a checkpoint from an untrusted source cannot run code. Loading
 verifies the manifest first, so a truncated or bit-flipped file is a
 :class:`~budgetmix.exceptions.CheckpointError` naming it, never a silently
-different model. Saving is atomic (see :mod:`budgetmix.training.manifest`):
+different model. Saving is atomic (see :mod:`budgetmix.manifest`):
 a kill at any point leaves the previous or the new checkpoint, and
 :func:`latest_checkpoint` finds it.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 from budgetmix.exceptions import CheckpointError
-from budgetmix.training.manifest import (
+from budgetmix.manifest import (
     MANIFEST_NAME,
     find_published,
     publish_directory,

@@ -15,7 +15,7 @@ labels, same oracle) and only changes the text:
   six copies of one letter (more attention mass on the state early on);
 * a move is one letter, ``l``/``d``/``r``/``u`` (full words are accepted too).
 
-``inner`` exposes the wrapped env, so :func:`~budgetmix.training.envs.unwrap`,
+``inner`` exposes the wrapped env, so :func:`~budgetmix.environment.unwrap`,
 the FrozenLake oracle and the diagnostics see the real state. The budget notice
 is not part of the observation: rollouts and the controller append it.
 

@@ -9,17 +9,16 @@ the char-level tokenizer of :mod:`budgetmix.training.tokenizer`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgetmix.exceptions import CheckpointError, ConfigError
+from budgetmix.adapters.local import loading_errors
+from budgetmix.exceptions import ConfigError
+from budgetmix.manifest import verify_manifest
 from budgetmix.training._deps import require
-from budgetmix.training.manifest import verify_manifest
 
-__all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained", "loading_errors"]
+__all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained"]
 
 _ARCHS = ("llama", "qwen2")
 
@@ -134,25 +133,6 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
             str(path), local_files_only=True, use_safetensors=True, dtype=torch_dtype
         )
     return model, tokenizer
-
-
-@contextmanager
-def loading_errors(path: str | Path) -> Iterator[None]:
-    """Turn what transformers raises on a broken local model into a CheckpointError.
-
-    Raises:
-        CheckpointError: naming ``path`` and carrying the loader's message.
-    """
-    from safetensors import SafetensorError
-
-    try:
-        yield
-    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise CheckpointError(
-            f"could not load the model in {str(path)!r}: {exc}", Path(path)
-        ) from exc
 
 
 def apply_lora(model: Any, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0) -> Any:

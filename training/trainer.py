@@ -228,7 +228,7 @@ class Trainer:
     def _snapshot_reference(self) -> None:
         import copy
 
-        from budgetmix.training.manifest import file_sha256, replace_file
+        from budgetmix.manifest import file_sha256, replace_file
         from safetensors.torch import save_model
 
         self.ref_model = copy.deepcopy(self.policy).eval()
@@ -243,7 +243,7 @@ class Trainer:
         """Load the KL reference, verified against the checksum its checkpoint recorded."""
         import copy
 
-        from budgetmix.training.manifest import file_sha256
+        from budgetmix.manifest import file_sha256
         from safetensors import SafetensorError
         from safetensors.torch import load_model
 
@@ -431,7 +431,7 @@ class Trainer:
 
     def _save_final(self) -> Path | None:
         """Write ``<output_dir>/final`` (a whole model, with a manifest) atomically."""
-        from budgetmix.training.manifest import publish_directory, stage_directory
+        from budgetmix.manifest import publish_directory, stage_directory
 
         self.acc.wait_for_everyone()
         if not self.acc.is_main_process:

@@ -232,7 +232,7 @@ def _resume(out: Path) -> Any:
 
 
 def test_the_final_model_has_a_manifest_that_verifies(trained: Path) -> None:
-    from budgetmix.training.manifest import verify_manifest
+    from budgetmix.manifest import verify_manifest
 
     final = trained / "final"
     files = json.loads((final / "manifest.json").read_text())["files"]
@@ -371,7 +371,7 @@ _entry_names = st.sampled_from(
     )
 )
 def test_any_manifest_is_verified_or_refused_never_a_raw_error(tmp_path: Path, data: Any) -> None:
-    from budgetmix.training.manifest import verify_manifest
+    from budgetmix.manifest import verify_manifest
 
     d = tmp_path / "dir"
     d.mkdir(exist_ok=True)

@@ -174,7 +174,7 @@ def replace(src, dst, *args, **kwargs):
 
 
 os.replace = replace
-from budgetmix.training.cli import main
+from budgetmix.cli.train import main
 
 sys.exit(main(sys.argv[4:]))
 """
@@ -209,7 +209,7 @@ def _argv(out: Path) -> list[str]:
 def test_a_run_killed_during_a_save_resumes_to_a_verified_final_model(
     tmp_path: Path, when: str
 ) -> None:
-    from budgetmix.training.cli import main
+    from budgetmix.cli.train import main
 
     out = tmp_path / "run"
     script = tmp_path / "killer.py"
@@ -228,7 +228,7 @@ def test_a_run_killed_during_a_save_resumes_to_a_verified_final_model(
     assert main([*_argv(out), "--resume"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(TOTAL_STEPS))  # resumed, not restarted: no step twice
-    from budgetmix.training.manifest import verify_manifest
+    from budgetmix.manifest import verify_manifest
 
     assert verify_manifest(out / "final", required=True)
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint", "final"]

@@ -1,6 +1,6 @@
 """The demo's later stages: the Pass@(K,T) grid and the training experiment.
 
-Kept apart from :mod:`budgetmix.demo` so that module stays about the command
+Kept apart from :mod:`budgetmix.cli.demo` so that module stays about the command
 line and the controller stage.
 """
 
@@ -35,8 +35,8 @@ def _pass1(summary: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
 
 def stage_grid(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
     """Evaluate three scripted agents on a Pass@(K,T) grid and print pass@1 side by side."""
+    from budgetmix.cli.eval import eval_main
     from budgetmix.evaluation import compare_runs
-    from budgetmix.evaluation.cli import eval_main
 
     tasks, k = (4, 2) if quick else ((16, 8) if full else (8, 4))
     budgets = "4,8,12,16,24"
@@ -96,7 +96,7 @@ def stage_grid(console: Console, out: Path, *, quick: bool, full: bool) -> dict[
 
 def stage_train(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
     """Run the BudgetMix-vs-fixed experiment and deploy its model under the controller."""
-    from budgetmix.demo_train import run_train_stage
+    from budgetmix.cli.demo_train import run_train_stage
 
     result: dict[str, Any] = run_train_stage(console, out, quick=quick, full=full)
     return result

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from budgetmix._cli_errors import run_command
-from budgetmix.demo import parse_demo_args
-from budgetmix.evaluation.cli import parse_eval_args
-from budgetmix.evaluation.report_cli import parse_report_args
-from budgetmix.notice_cli import parse_notice_args
+from budgetmix.cli._errors import run_command
+from budgetmix.cli.demo import parse_demo_args
+from budgetmix.cli.eval import parse_eval_args
+from budgetmix.cli.notice import parse_notice_args
+from budgetmix.cli.report import parse_report_args
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -225,7 +225,7 @@ TRAIN_GOOD = {
 @SETTINGS
 @given(pairs=flag_values(TRAIN_FLAGS, TRAIN_GOOD))
 def test_train_parsing(workspace: Path, pairs: list[tuple[str, str]]) -> None:
-    from budgetmix.training.cli import parse_train_args
+    from budgetmix.cli.train import parse_train_args
 
     code, err = outcome("budgetmix train", parse_train_args, argv_of(pairs, []))
     check("budgetmix train", TRAIN_FLAGS, code, err, workspace)
@@ -249,7 +249,7 @@ DIAGNOSE_GOOD = {
 @SETTINGS
 @given(pairs=flag_values(DIAGNOSE_FLAGS, DIAGNOSE_GOOD), base=st.booleans())
 def test_diagnose_parsing(workspace: Path, pairs: list[tuple[str, str]], base: bool) -> None:
-    from budgetmix.training.diagnose_cli import parse_diagnose_args
+    from budgetmix.cli.diagnose import parse_diagnose_args
 
     extra = ["--a", "oracle", "--b", "blind"] if base else []
     code, err = outcome("budgetmix diagnose", parse_diagnose_args, argv_of(pairs, extra))

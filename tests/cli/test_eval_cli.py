@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from budgetmix.cli.eval import eval_main, report_main
 from budgetmix.evaluation import read_results
-from budgetmix.evaluation.cli import eval_main, report_main
 
 FLAGS = [
     "--env",

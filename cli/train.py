@@ -1,11 +1,11 @@
-"""``main(argv)``: the training command line (``budgetmix train``, ``-m budgetmix.training``).
+"""``main(argv)``: the training command line (``budgetmix train``).
 
 Examples::
 
     budgetmix train --preset echo-tiny
     budgetmix train --config run.toml --set steps=50 --set group_budgets='"mixed"'
     budgetmix train --preset frozenlake-tiny --output-dir runs/fl --resume
-    accelerate launch --num_processes 2 -m budgetmix.training --preset echo-tiny
+    accelerate launch --num_processes 2 -m budgetmix.cli train --preset echo-tiny
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from budgetmix._cli_errors import (
+from budgetmix.cli._errors import (
     CliParser,
     UsageError,
     blame,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from budgetmix._cli_errors import CliParser, UsageError, blame, integer, run_command
 from budgetmix.budget import Budget
+from budgetmix.cli._errors import CliParser, UsageError, blame, integer, run_command
 from budgetmix.ledger import Ledger
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS, render_notice
 

@@ -13,7 +13,7 @@ OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``).
 ``--blind`` declares the agent budget-blind: no notice, no turns remaining, and
 prefix sharing.
 
-``report_main(argv)`` (from :mod:`budgetmix.evaluation.report_cli`) rebuilds the
+``report_main(argv)`` (from :mod:`budgetmix.cli.report`) rebuilds the
 report from a results file, or compares two (``--compare``). Both return a
 process exit code: 0 ok, 2 after one stderr line (a bad flag or config key is
 named: ``budgetmix eval: error: --samples: must be an integer >= 1, got 0``).
@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from budgetmix._cli_errors import (
+from budgetmix.adapters.env_agent import ChatModelEnvAgent
+from budgetmix.cli._errors import (
     CliParser,
     UsageError,
     blame,
@@ -46,10 +47,9 @@ from budgetmix._cli_errors import (
     output_dir,
     run_command,
 )
-from budgetmix.adapters.env_agent import ChatModelEnvAgent
+from budgetmix.cli.report import report_main, write_report
 from budgetmix.environment import AsyncEnvAgent, EnvAgent, Task
 from budgetmix.evaluation.agents import ScriptedEnvAgent
-from budgetmix.evaluation.report_cli import report_main, write_report
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.evaluation.runner import EvalConfig, Evaluator
 from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError

@@ -1,8 +1,18 @@
-"""The ``budgetmix`` command line: demo, eval, report, train, notice.
+"""The ``budgetmix`` command line: demo, eval, report, train, diagnose, notice.
+
+Every command lives in this package, the top layer: only it may import
+training, evaluation, adapters and policies together (the import contract in
+``pyproject.toml`` keeps the rest pointing one way). One module per command:
+:mod:`~budgetmix.cli.demo` (with ``demo_agent``, ``demo_stages``, ``demo_train``),
+:mod:`~budgetmix.cli.eval`, :mod:`~budgetmix.cli.report`,
+:mod:`~budgetmix.cli.train`, :mod:`~budgetmix.cli.diagnose`,
+:mod:`~budgetmix.cli.notice`; their shared flag checks are ``_errors``.
 
 Each sub-command imports its machinery lazily so ``budgetmix --help`` stays fast
 and works without the optional extras. Every command-line error is one stderr
 line, ``budgetmix <command>: error: <flag>: <why>``, and exit status 2.
+``python -m budgetmix.cli`` is the ``budgetmix`` script (and the entry of
+``accelerate launch -m budgetmix.cli train ...``).
 """
 
 from __future__ import annotations
@@ -12,27 +22,27 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from budgetmix._cli_errors import CliParser
 from budgetmix._version import __version__
+from budgetmix.cli._errors import CliParser
 
 __all__ = ["main"]
 
 # sub-command -> (module, function, help). Functions take argv and return an exit code.
 _COMMANDS: dict[str, tuple[str, str, str]] = {
-    "demo": ("budgetmix.demo", "demo_main", "run the main job on embedded defaults"),
-    "eval": ("budgetmix.evaluation.cli", "eval_main", "evaluate an agent on a Pass@(K,T) grid"),
+    "demo": ("budgetmix.cli.demo", "demo_main", "run the main job on embedded defaults"),
+    "eval": ("budgetmix.cli.eval", "eval_main", "evaluate an agent on a Pass@(K,T) grid"),
     "report": (
-        "budgetmix.evaluation.report_cli",
+        "budgetmix.cli.report",
         "report_main",
         "rebuild or compare evaluation reports",
     ),
-    "train": ("budgetmix.training.cli", "train_main", "fine-tune a local model with BudgetMix RL"),
+    "train": ("budgetmix.cli.train", "train_main", "fine-tune a local model with BudgetMix RL"),
     "diagnose": (
-        "budgetmix.training.diagnose_cli",
+        "budgetmix.cli.diagnose",
         "diagnose_main",
         "compare two policies step by step (exact Q), budget curves, recovery",
     ),
-    "notice": ("budgetmix.notice_cli", "notice_main", "print the budget notice for a state"),
+    "notice": ("budgetmix.cli.notice", "notice_main", "print the budget notice for a state"),
 }
 
 
@@ -68,7 +78,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(args or ["--help"])
         parser.error(f"a command is required: {', '.join(_COMMANDS)}")
     return _resolve(args[0])(args[1:])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgetmix._cli_errors import (
+from budgetmix.cli._errors import (
     CliParser,
     UsageError,
     blame,
@@ -122,7 +122,7 @@ def parse_demo_args(argv: Sequence[str]) -> DemoOptions:
 
 
 def _stage_controller(console: Console, out: Path, args: DemoOptions) -> dict[str, Any]:
-    from budgetmix.demo_agent import run_support_episodes
+    from budgetmix.cli.demo_agent import run_support_episodes
     from budgetmix.policies import build_controller_kwargs
 
     config = args.policy
@@ -204,12 +204,12 @@ def _run(args: DemoOptions) -> int:
             console.rule("[bold]1. The controller wrapping a production-style agent loop")
             _stage_controller(console, out, args)
         if "grid" in stages:
-            from budgetmix.demo_stages import stage_grid
+            from budgetmix.cli.demo_stages import stage_grid
 
             console.rule("[bold]2. Pass@(K,T) grid on embedded environments")
             stage_grid(console, out, quick=args.quick, full=args.full)
         if "train" in stages:
-            from budgetmix.demo_stages import stage_train
+            from budgetmix.cli.demo_stages import stage_train
 
             console.rule("[bold]3. BudgetMix RL vs fixed-budget RL on a tiny local model")
             stage_train(console, out, quick=args.quick, full=args.full)

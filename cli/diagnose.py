@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgetmix._cli_errors import (
+from budgetmix.cli._errors import (
     CliParser,
     UsageError,
     blame,
