@@ -36,7 +36,7 @@ def check_tool_names(field: str, names: Any) -> Sequence[str]:
         ConfigError: not a list or tuple of strings; the message names ``field``.
     """
     # a list or tuple first: the ABC check costs more, and this runs every tool batch
-    if type(names) not in (list, tuple) and (
+    if not isinstance(names, list | tuple) and (
         isinstance(names, str | bytes) or not isinstance(names, Sequence)
     ):
         raise ConfigError(f"{field} must be a list of tool names, got {type(names).__name__}")
@@ -54,7 +54,7 @@ def check_call_ids(names: Sequence[str], call_ids: Any) -> Sequence[str | None]:
     """
     if call_ids is None:
         return [None] * len(names)
-    if type(call_ids) not in (list, tuple) and (
+    if not isinstance(call_ids, list | tuple) and (
         isinstance(call_ids, str | bytes) or not isinstance(call_ids, Sequence)
     ):
         raise ConfigError(f"call_ids must be a list, got {type(call_ids).__name__}")
