@@ -38,6 +38,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
+from budgetmix._deps import require
 from budgetmix.adapters._endpoints import (
     AsyncEndpoint,
     ClientWrapper,
@@ -49,7 +50,6 @@ from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._wire import as_seq, as_str, as_text, dumps_bounded, field, neutral_usage
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.pricing import Pricing
-from budgetmix.exceptions import MissingExtraError
 from budgetmix.notice import with_notice_anthropic
 
 if TYPE_CHECKING:
@@ -64,14 +64,6 @@ __all__ = [
 
 SyncSleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
-
-
-def _require_anthropic() -> Any:
-    try:
-        import anthropic
-    except ImportError as exc:  # pragma: no cover - exercised without the extra
-        raise MissingExtraError("anthropic", "anthropic") from exc
-    return anthropic
 
 
 class _SyncMessages(SyncEndpoint):
@@ -215,7 +207,7 @@ def budgeted(
     Raises:
         MissingExtraError: ``anthropic`` is not installed.
     """
-    sdk = _require_anthropic()
+    sdk = require("anthropic", "anthropic")
     if isinstance(client, sdk.AsyncAnthropic):
         return AsyncBudgetedAnthropic(
             client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform
@@ -321,7 +313,7 @@ class AnthropicChatModel:
         provider_name: str = "anthropic",
         request_options: dict[str, Any] | None = None,
     ) -> None:
-        _require_anthropic()
+        require("anthropic", "anthropic")
         self._client = client.with_options(max_retries=0)
         self.model_name = model
         self.provider_name = provider_name

@@ -33,8 +33,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from budgetmix._deps import require
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
-from budgetmix.exceptions import CheckpointError, ConfigError, MissingExtraError
+from budgetmix.exceptions import CheckpointError, ConfigError
 
 __all__ = [
     "TOOL_CALL_CLOSE",
@@ -52,13 +53,6 @@ _NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 ToolsIn = Literal["auto", "template", "system"]
-
-
-def _import(package: str) -> Any:
-    try:
-        return __import__(package)
-    except ImportError as exc:
-        raise MissingExtraError(package, "train") from exc
 
 
 def parse_tool_calls(
@@ -240,8 +234,8 @@ class LocalChatModel:
             CheckpointError: a file of the directory is damaged (the message names it)
                 or the model in it cannot be loaded.
         """
-        torch = _import("torch")
-        transformers = _import("transformers")
+        torch = require("torch", "train")
+        transformers = require("transformers", "train")
         torch_dtype = {
             "float32": torch.float32,
             "bfloat16": torch.bfloat16,
@@ -320,7 +314,7 @@ class LocalChatModel:
     ) -> ModelResponse:
         """Generate one reply. ``tool_choice="none"`` keeps the tools in the prompt; a
         local model cannot be forced, so any tool calls it writes are still reported."""
-        torch = _import("torch")
+        torch = require("torch", "train")
         prompt = self.render(messages, tools, notice)
         encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         device = next(self.model.parameters()).device
@@ -366,7 +360,7 @@ class LocalChatModel:
         )
 
     def _generation_config(self) -> Any:
-        transformers = _import("transformers")
+        transformers = require("transformers", "train")
         sample = self.temperature > 0
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id

@@ -122,13 +122,11 @@ class _Planned:
     prepared: PreparedCall | ToolArgumentError
 
 
-def _load_pricing(pricing: Pricing | None) -> Pricing | None:
+def _load_pricing(pricing: Pricing | None) -> Pricing:
     if pricing is not None:
         return pricing
-    try:  # the pricing table is optional: without it cost is not recorded
-        from budgetmix.adapters.pricing import DEFAULT_PRICING
-    except ImportError:  # pragma: no cover - pricing ships with the package
-        return None
+    from budgetmix.adapters.pricing import DEFAULT_PRICING  # loaded on first use
+
     return DEFAULT_PRICING
 
 
@@ -158,8 +156,6 @@ class _AgentLoop:
     def open(self) -> None:
         """Check what must hold before the first request; record the opening messages."""
         if self.episode.ledger.limit("cost_usd") is not None:
-            if self.pricing is None:
-                raise ConfigError("pricing: a cost_usd limit needs a pricing table")
             self.pricing.require(self.model_name)
         for message in self.history:
             self.episode.record_message(message)
@@ -247,7 +243,7 @@ class _AgentLoop:
     def _record_usage(self, turn: Turn, response: ModelResponse) -> None:
         usage = response.usage or Usage()
         cost = 0.0
-        if self.pricing is not None and response.usage is not None:
+        if response.usage is not None:
             for model in (response.model, self.model_name):
                 found = self.pricing.cost(
                     model,

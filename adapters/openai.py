@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from budgetmix._deps import require
 from budgetmix.adapters._endpoints import (
     AsyncEndpoint,
     ClientWrapper,
@@ -72,7 +73,6 @@ from budgetmix.adapters._wire import (
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
 from budgetmix.adapters.pricing import Pricing
-from budgetmix.exceptions import MissingExtraError
 from budgetmix.notice import with_notice_openai_chat
 
 if TYPE_CHECKING:
@@ -89,14 +89,6 @@ __all__ = [
 
 SyncSleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
-
-
-def _require_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:  # pragma: no cover - exercised without the extra
-        raise MissingExtraError("openai", "openai") from exc
-    return openai
 
 
 class _Namespace:
@@ -178,7 +170,7 @@ def budgeted(
     Raises:
         MissingExtraError: ``openai`` is not installed.
     """
-    sdk = _require_openai()
+    sdk = require("openai", "openai")
     if isinstance(client, sdk.AsyncOpenAI):
         return AsyncBudgetedOpenAI(
             client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform
@@ -303,7 +295,7 @@ class OpenAIChatModel:
         request_options: dict[str, Any] | None = None,
         sdk_transform: bool = False,
     ) -> None:
-        _require_openai()
+        require("openai", "openai")
         self._client = client.with_options(max_retries=0)
         self.model_name = model
         self.provider_name = provider_name

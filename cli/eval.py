@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from budgetmix._deps import require
 from budgetmix.adapters.env_agent import ChatModelEnvAgent
 from budgetmix.cli._errors import (
     CliParser,
@@ -363,10 +364,7 @@ def build_agent_factory(
     if kind == "openai":
         if not cfg.get("base_url") or not cfg.get("model_name"):
             raise ConfigError("base_url and model_name are required for agent openai")
-        try:
-            import openai
-        except ImportError as exc:
-            raise MissingExtraError("openai", "openai") from exc
+        openai = require("openai", "openai")
         from budgetmix.adapters.openai import OpenAIChatModel
 
         key = os.environ.get(str(cfg.get("api_key_env", "OPENAI_API_KEY")), "EMPTY")

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from budgetmix.exceptions import MissingExtraError
+from budgetmix._deps import require
 
 if TYPE_CHECKING:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["OTLPReceiver", "ReceivedRequest", "decode_trace_request"]
 
 _SIGNAL_PATHS = ("/v1/traces", "/v1/metrics", "/v1/logs")
+_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.trace_service_pb2"
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,11 @@ def decode_trace_request(body: bytes) -> list[dict[str, Any]]:
         MissingExtraError: ``opentelemetry-proto`` is not installed.
         google.protobuf.message.DecodeError: ``body`` is not such a message.
     """
-    try:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-    except ImportError as exc:
-        raise MissingExtraError("opentelemetry-proto", "otlp") from exc
+    require("opentelemetry-proto", "otlp", module=_TRACE_SERVICE)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
     request = ExportTraceServiceRequest()
     request.ParseFromString(body)
     spans: list[dict[str, Any]] = []
@@ -171,10 +171,7 @@ class OTLPReceiver:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        try:
-            import opentelemetry.proto.collector.trace.v1.trace_service_pb2  # noqa: F401
-        except ImportError as exc:
-            raise MissingExtraError("opentelemetry-proto", "otlp") from exc
+        require("opentelemetry-proto", "otlp", module=_TRACE_SERVICE)
         self._host, self._port = host, port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
-from budgetmix.exceptions import ConfigError, MissingExtraError
+from budgetmix._deps import require
+from budgetmix.exceptions import ConfigError
 from budgetmix.jsonl_export import JsonlSpanExporter, read_jsonl_spans, span_to_dict
 from budgetmix.redaction import REDACTED, RedactingSpanExporter, redact_attributes
 from budgetmix.span_processor import (
@@ -209,11 +210,12 @@ def _signal_url(endpoint: str, signal: str) -> str | None:
 def _otlp_exporters(
     endpoint: str | None, headers: Mapping[str, str] | None
 ) -> tuple[SpanExporter, MetricExporter | None]:
-    try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError as exc:
-        raise MissingExtraError("opentelemetry-exporter-otlp-proto-http", "otlp") from exc
+    for signal in ("metric_exporter", "trace_exporter"):
+        module = f"opentelemetry.exporter.otlp.proto.http.{signal}"
+        require("opentelemetry-exporter-otlp-proto-http", "otlp", module=module)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
     # With endpoint/headers None the exporters read OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]
     # ENDPOINT/HEADERS/TIMEOUT/COMPRESSION/CERTIFICATE themselves; we add nothing.
     hdrs = dict(headers) if headers is not None else None

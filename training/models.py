@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budgetmix._deps import require
 from budgetmix.adapters.local import loading_errors
 from budgetmix.exceptions import ConfigError
 from budgetmix.manifest import verify_manifest
-from budgetmix.training._deps import require
 
 __all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained"]
 
@@ -67,8 +67,8 @@ def build_tiny_model(spec: TinyModelSpec, tokenizer: Any, *, seed: int = 0) -> A
     Raises:
         MissingExtraError: torch/transformers are not installed.
     """
-    require("torch")
-    require("transformers")
+    require("torch", "train")
+    require("transformers", "train")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -107,8 +107,8 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
         CheckpointError: a file is damaged (the message names it) or cannot be loaded.
         MissingExtraError: torch/transformers are not installed.
     """
-    require("torch")
-    require("transformers")
+    require("torch", "train")
+    require("transformers", "train")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -141,7 +141,7 @@ def apply_lora(model: Any, *, rank: int = 8, alpha: int = 16, dropout: float = 0
     Raises:
         MissingExtraError: peft is not installed.
     """
-    require("peft")
+    require("peft", "train")
     from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(

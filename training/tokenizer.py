@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from budgetmix.training._deps import require
+from budgetmix._deps import require
 
 __all__ = ["CHAT_TEMPLATE", "DEFAULT_ALPHABET", "SPECIAL_TOKENS", "build_char_tokenizer"]
 
@@ -47,8 +47,8 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> Any:
 
     if not alphabet or len(set(alphabet)) != len(alphabet):
         raise ConfigError("alphabet must be non-empty and not repeat characters")
-    require("tokenizers")
-    require("transformers")
+    require("tokenizers", "train")
+    require("transformers", "train")
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from budgetmix.exceptions import MissingExtraError
+from budgetmix._deps import require
 
 __all__ = [
     "plot_comparison",
@@ -35,10 +35,7 @@ def pyplot() -> Any:
     Raises:
         MissingExtraError: matplotlib is not installed.
     """
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise MissingExtraError("matplotlib", "plots") from exc
+    matplotlib = require("matplotlib", "plots")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

