@@ -120,7 +120,7 @@ def deploy_checkpoint(
     notice_format: str = "v1-compact",
 ) -> dict[int, list[EpisodeResult]]:
     """Run a trained checkpoint as an agent under the controller for each budget."""
-    from budgetmix.training.experiment_env import CompactFrozenLake
+    from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
     from budgetmix.training.serve import TrainedPolicyAgent
 
     # sampled at temperature 1, as in evaluation: the policy RL trained
@@ -158,7 +158,7 @@ def deploy_checkpoint(
 def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
     """Train, evaluate, diagnose, deploy; prints every table and returns the numbers."""
     from budgetmix.training.experiment import run_experiment
-    from budgetmix.training.experiment_config import experiment_preset
+    from budgetmix.training.experiment.config import experiment_preset
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bars drown the demo

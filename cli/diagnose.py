@@ -57,7 +57,7 @@ class DiagnoseOptions:
 
 def _policy(flag: str, spec: str, model: Any) -> Any:
     from budgetmix.training.diagnostics import frozenlake_oracle_policy
-    from budgetmix.training.experiment_lm import load_lm_policy
+    from budgetmix.training.experiment.lm import load_lm_policy
 
     if spec in BUILTIN:
         return frozenlake_oracle_policy(model, budget_blind=spec == "blind")
@@ -150,8 +150,8 @@ def _run(args: DiagnoseOptions) -> int:
         run_episodes,
         success_curve,
     )
+    from budgetmix.training.envs.frozenlake_compact import compact_tasks
     from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel, find_ceiling
-    from budgetmix.training.experiment_env import compact_tasks
     from rich.console import Console
     from rich.table import Table
 

@@ -35,13 +35,13 @@ from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
 from budgetmix.training.chat import environment_message
+from budgetmix.training.envs.frozenlake_compact import parse_move
 from budgetmix.training.envs.frozenlake_oracle import (
     ACTIONS,
     FrozenLakeModel,
     discounted_values,
     finite_horizon_values,
 )
-from budgetmix.training.experiment_env import parse_move
 
 __all__ = [
     "ActionComparison",

@@ -26,8 +26,8 @@ from budgetmix.training.diagnostics import (
     success_curve,
     worst_action,
 )
+from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
-from budgetmix.training.experiment_env import CompactFrozenLake
 
 CORRIDOR = ("SFFG",)  # three moves right, nothing else matters
 SLIPPERY = ("SFF", "HFF", "HHG")

@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.experiment import ExperimentReport, run_experiment
-from budgetmix.training.experiment_config import (
+from budgetmix.training.experiment.config import (
     EXPERIMENT_PRESETS,
     ExperimentConfig,
     experiment_preset,
@@ -111,7 +111,7 @@ def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_repla
 ) -> None:
     from budgetmix.evaluation import EvalConfig, Evaluator
     from budgetmix.training.diagnostics import pointwise, run_episodes
-    from budgetmix.training.experiment_env import compact_tasks
+    from budgetmix.training.envs.frozenlake_compact import compact_tasks
     from budgetmix.training.serve import TrainedPolicyAgent
 
     actions: list[str] = []

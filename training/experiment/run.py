@@ -1,7 +1,7 @@
 """The end-to-end experiment: does BudgetMix RL beat fixed-budget RL at short budgets, on a CPU?
 
 :func:`run_experiment` runs the whole pipeline of issue 7 on one slippery
-FrozenLake map (:mod:`.experiment_env`) with a tiny char-level LM:
+FrozenLake map (:mod:`budgetmix.training.envs.frozenlake_compact`) with a tiny char-level LM:
 
 1. the exact oracle picks the ceiling (the smallest T where the budget-aware
    optimum reaches 90% of its no-limit success) and gives the best achievable
@@ -15,7 +15,7 @@ FrozenLake map (:mod:`.experiment_env`) with a tiny char-level LM:
    states (exact Q), overall and right after a mistake; success vs T curves;
    recovery after a forced invalid reply;
 6. ``report.md``, PNG plots and ``summary.json`` in ``out_dir``
-   (:mod:`.experiment_report`).
+   (:mod:`.report`).
 
 The numbers are whatever comes out; the report states them with intervals and
 says when a difference is within noise.
@@ -42,6 +42,11 @@ from budgetmix.training.diagnostics import (
     recovery_injection,
     run_episodes,
 )
+from budgetmix.training.envs.frozenlake_compact import (
+    COMPACT_ENV_NAME,
+    compact_tasks,
+    register_compact_frozenlake,
+)
 from budgetmix.training.envs.frozenlake_oracle import (
     FrozenLakeModel,
     aware_success_curve,
@@ -49,13 +54,8 @@ from budgetmix.training.envs.frozenlake_oracle import (
     policy_success_curve,
     stationary_policy,
 )
-from budgetmix.training.experiment_config import ExperimentConfig
-from budgetmix.training.experiment_env import (
-    COMPACT_ENV_NAME,
-    compact_tasks,
-    register_compact_frozenlake,
-)
-from budgetmix.training.experiment_pool import pool_comparisons, pool_recovery, train_summary
+from budgetmix.training.experiment.analysis import pool_comparisons, pool_recovery, train_summary
+from budgetmix.training.experiment.config import ExperimentConfig
 
 __all__ = ["ExperimentReport", "run_experiment"]
 
@@ -229,7 +229,7 @@ class _Run:
 
     # -- evaluation ---------------------------------------------------------------------
     def policy(self, path: Path, seed: int = 0) -> Policy:
-        from budgetmix.training.experiment_lm import load_lm_policy
+        from budgetmix.training.experiment.lm import load_lm_policy
 
         return load_lm_policy(path, seed=self.cfg.seed * 7919 + seed)[0]
 
@@ -307,7 +307,7 @@ def run_experiment(
         MissingExtraError: torch/transformers/accelerate/gymnasium (or matplotlib,
             for the plots) are not installed.
     """
-    from budgetmix.training.experiment_report import write_report
+    from budgetmix.training.experiment.report import write_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from budgetmix.evaluation.plots import pyplot, save_figure
 
 if TYPE_CHECKING:
-    from budgetmix.training.experiment import ExperimentReport
+    from budgetmix.training.experiment.run import ExperimentReport
 
 __all__ = ["PAPER_GAPS", "markdown", "write_report"]
 
