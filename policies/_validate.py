@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from budgetmix.budget import MAX_COUNT, shown
+from budgetmix._validate import MAX_COUNT, shown
 from budgetmix.exceptions import ConfigError
 
 __all__: list[str] = []

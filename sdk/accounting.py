@@ -17,53 +17,18 @@ a failed tool call                         1 tool call
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from budgetmix._validate import check_bool, check_choice, check_keys, check_str
 from budgetmix.exceptions import ConfigError
 
-__all__ = ["DEFAULT_ACCOUNTING", "AccountingPolicy", "check_call_ids", "check_tool_names"]
+__all__ = ["DEFAULT_ACCOUNTING", "TURN_UNITS", "AccountingPolicy"]
 
 TurnUnit = Literal["response", "tool_call"]
+#: Every turn unit, default first.
+TURN_UNITS: tuple[TurnUnit, ...] = ("response", "tool_call")
 _FLAGS = ("count_retries", "count_failed_requests", "count_failed_tool_calls")
-
-
-def check_tool_names(field: str, names: Any) -> Sequence[str]:
-    """``names`` if it is a sequence of tool names (a bare string is not: it would be
-    read as one call per character).
-
-    Raises:
-        ConfigError: not a list or tuple of strings; the message names ``field``.
-    """
-    # a list or tuple first: the ABC check costs more, and this runs every tool batch
-    if not isinstance(names, list | tuple) and (
-        isinstance(names, str | bytes) or not isinstance(names, Sequence)
-    ):
-        raise ConfigError(f"{field} must be a list of tool names, got {type(names).__name__}")
-    for i, name in enumerate(names):
-        if not isinstance(name, str):
-            raise ConfigError(f"{field}[{i}] must be a str, got {type(name).__name__}")
-    return names
-
-
-def check_call_ids(names: Sequence[str], call_ids: Any) -> Sequence[str | None]:
-    """One call id (a str, or ``None``) per tool name; all ``None`` when not given.
-
-    Raises:
-        ConfigError: ``call_ids`` is not a list of that length of strings or ``None``.
-    """
-    if call_ids is None:
-        return [None] * len(names)
-    if not isinstance(call_ids, list | tuple) and (
-        isinstance(call_ids, str | bytes) or not isinstance(call_ids, Sequence)
-    ):
-        raise ConfigError(f"call_ids must be a list, got {type(call_ids).__name__}")
-    if len(call_ids) != len(names):
-        raise ConfigError("call_ids must have one entry per tool name")
-    for i, cid in enumerate(call_ids):
-        if cid is not None and not isinstance(cid, str):
-            raise ConfigError(f"call_ids[{i}] must be a str or None, got {type(cid).__name__}")
-    return call_ids
 
 
 def _tool_set(tools: Any) -> frozenset[str]:
@@ -107,20 +72,10 @@ class AccountingPolicy:
     refunded_tools: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            raise ConfigError(
-                f"AccountingPolicy.name must be a str, got {type(self.name).__name__}"
-            )
+        check_str("AccountingPolicy.name", self.name)
         for flag in _FLAGS:
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(
-                    f"AccountingPolicy.{flag} must be true or false, got {getattr(self, flag)!r}"
-                )
-        if self.turn_unit not in ("response", "tool_call"):
-            raise ConfigError(
-                f"AccountingPolicy.turn_unit must be 'response' or 'tool_call', "
-                f"got {self.turn_unit!r}"
-            )
+            check_bool(f"AccountingPolicy.{flag}", getattr(self, flag))
+        check_choice("AccountingPolicy.turn_unit", self.turn_unit, TURN_UNITS)
         object.__setattr__(self, "refunded_tools", _tool_set(self.refunded_tools))
 
     def tool_calls_for_batch(self, names: Sequence[str]) -> int:
@@ -158,17 +113,7 @@ class AccountingPolicy:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AccountingPolicy:
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        known = {
-            "name",
-            "turn_unit",
-            "count_retries",
-            "count_failed_requests",
-            "count_failed_tool_calls",
-            "refunded_tools",
-        }
-        unknown = set(data) - known
-        if unknown:
-            raise ConfigError(f"unknown AccountingPolicy field(s): {', '.join(sorted(unknown))}")
+        check_keys("AccountingPolicy", data, (f.name for f in fields(cls)))
         kwargs = dict(data)
         if "refunded_tools" in kwargs:
             kwargs["refunded_tools"] = frozenset(kwargs["refunded_tools"])

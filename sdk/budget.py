@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from budgetmix._validate import MAX_COUNT, check_int, check_keys, check_mapping, check_number
 from budgetmix.exceptions import ConfigError
 
 __all__ = ["DIMENSIONS", "MAX_COST_USD", "MAX_COUNT", "MAX_WALL_SECONDS", "Budget"]
@@ -21,9 +20,6 @@ DIMENSIONS: tuple[str, ...] = (
     "cost_usd",
     "wall_seconds",
 )
-#: The largest limit, grant or single charge of a count dimension (turns, tool calls,
-#: tokens): 2**53, the largest integer a float (JSON, OpenTelemetry, prices) holds exactly.
-MAX_COUNT = 2**53
 #: The largest cost limit, grant or single charge, in US dollars.
 MAX_COST_USD = 1e12
 #: The largest wall-clock limit or grant, in seconds (about 31 years).
@@ -34,66 +30,14 @@ _MAXIMUM: dict[str, float] = {
     "cost_usd": MAX_COST_USD,
     "wall_seconds": MAX_WALL_SECONDS,
 }
-_SHOWN_MAX_BITS = 128
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for an error message, short and never raising (an int too long
-    for ``str()``, an object whose ``__repr__`` raises)."""
-    if isinstance(value, int) and value.bit_length() > _SHOWN_MAX_BITS:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except Exception:
-        return f"<unprintable {type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def check_count(field: str, value: Any, *, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
-    """``value`` as a whole count in ``[minimum, maximum]`` (a bool is not a count).
-
-    Raises:
-        ConfigError: not an int, or out of range; the message names ``field``.
-    """
-    if type(value) is int and minimum <= value <= maximum:  # the hot path: one check
-        return value
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{field} must be an integer, got {type(value).__name__} {shown(value)}")
-    if value < minimum:
-        raise ConfigError(f"{field} must be at least {minimum}, got {shown(value)}")
-    if value > maximum:
-        raise ConfigError(f"{field} must be at most {maximum}, got {shown(value)}")
-    return int(value)  # an int subclass (an IntEnum, say) counts as its value
-
-
-def check_amount(field: str, value: Any, *, maximum: float, positive: bool = False) -> float:
-    """``value`` as a finite float in ``[0, maximum]`` (``(0, maximum]`` if ``positive``).
-
-    Raises:
-        ConfigError: not a real number (a bool is not one), NaN, infinite, negative
-            (or zero when ``positive``) or above ``maximum``; the message names ``field``.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{field} must be a number, got {type(value).__name__} {shown(value)}")
-    # compared before any float(): a huge int would overflow it, NaN fails every test
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{field} must be finite, got {shown(value)}")
-    if value < 0 or (positive and value == 0):
-        sign = "positive" if positive else ">= 0"
-        raise ConfigError(f"{field} must be {sign}, got {shown(value)}")
-    if value > maximum:
-        raise ConfigError(f"{field} must be at most {maximum:g}, got {shown(value)}")
-    return float(value)
 
 
 def check_limit(field: str, dimension: str, value: Any) -> float:
     """A limit or grant for ``dimension``: positive and at most its maximum; an int for
     the count dimensions, a float for ``cost_usd`` and ``wall_seconds``."""
     if dimension in _INTEGRAL:
-        if isinstance(value, float) and not isinstance(value, bool):
-            raise ConfigError(f"{field} must be an integer, got {shown(value)}")
-        return check_count(field, value, minimum=1, maximum=MAX_COUNT)
-    return check_amount(field, value, maximum=_MAXIMUM[dimension], positive=True)
+        return check_int(field, value, minimum=1, maximum=MAX_COUNT)
+    return check_number(field, value, maximum=_MAXIMUM[dimension], positive=True)
 
 
 def maximum_of(dimension: str) -> float:
@@ -149,11 +93,7 @@ class Budget:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Budget:
         """Build from a mapping; unknown keys are an error naming the key."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"Budget.from_dict needs a mapping, got {type(data).__name__}")
-        unknown = set(data) - set(DIMENSIONS)
-        if unknown:
-            raise ConfigError(f"unknown Budget field(s): {', '.join(sorted(unknown))}")
+        check_keys("Budget", check_mapping("Budget.from_dict", data), DIMENSIONS)
         if "turns" not in data:
             raise ConfigError("Budget.turns is required")
         return cls(**data)

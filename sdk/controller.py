@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from budgetmix import semconv as sc
+from budgetmix._validate import shown
 from budgetmix._version import __version__
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
-from budgetmix.budget import Budget, shown
+from budgetmix.budget import Budget
 from budgetmix.episode import Episode
 from budgetmix.exceptions import ConfigError
 from budgetmix.hooks import Hooks

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
-from budgetmix.accounting import check_call_ids, check_tool_names
+from budgetmix._validate import check_call_ids, check_tool_names
 from budgetmix.budget import Budget
 from budgetmix.events import (
     BudgetEvent,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from budgetmix.budget import shown
+from budgetmix._validate import shown
 from budgetmix.exceptions import ConfigError
 
 __all__ = [

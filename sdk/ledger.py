@@ -13,17 +13,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy, check_tool_names
-from budgetmix.budget import (
-    DIMENSIONS,
-    MAX_COST_USD,
-    Budget,
-    check_amount,
-    check_count,
-    check_limit,
-    maximum_of,
-    shown,
-)
+from budgetmix._validate import check_int, check_number, check_tool_names, shown
+from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
+from budgetmix.budget import DIMENSIONS, MAX_COST_USD, Budget, check_limit, maximum_of
 from budgetmix.exceptions import ConfigError
 
 __all__ = ["Clock", "Ledger", "LedgerState"]
@@ -199,7 +191,7 @@ class Ledger:
         Raises:
             ConfigError: ``turns`` is not an int in ``[1, MAX_COUNT]``.
         """
-        check_count("turns", turns, minimum=1)
+        check_int("turns", turns, minimum=1)
         with self._lock:
             blocked = self._blocking(turns_needed=turns)
             if blocked is None:
@@ -215,7 +207,7 @@ class Ledger:
         Raises:
             ConfigError: ``turns`` is not an int in ``[1, MAX_COUNT]``.
         """
-        check_count("turns", turns, minimum=1)
+        check_int("turns", turns, minimum=1)
         with self._lock:
             give = min(turns, *(node._used["turns"] for node in self._chain))
             for node in self._chain:
@@ -271,10 +263,10 @@ class Ledger:
                 not a finite number in ``[0, MAX_COST_USD]``; the message names it
                 (``usage.input_tokens``) and no ledger of the chain is charged.
         """
-        check_count("usage.input_tokens", input_tokens)
-        check_count("usage.output_tokens", output_tokens)
+        check_int("usage.input_tokens", input_tokens)
+        check_int("usage.output_tokens", output_tokens)
         # NaN would switch the cost limit off silently; a huge int would overflow a float
-        cost = check_amount("usage.cost_usd", cost_usd, maximum=MAX_COST_USD)
+        cost = check_number("usage.cost_usd", cost_usd, maximum=MAX_COST_USD)
         with self._lock:
             for node in self._chain:
                 u = node._used

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import tenacity
-from budgetmix.budget import check_amount, check_count, shown
+from budgetmix._validate import check_int, check_number, shown
 from budgetmix.exceptions import ConfigError
 
 __all__ = [
@@ -140,14 +140,14 @@ class RetryPolicy:
     honour_retry_after: bool = True
 
     def __post_init__(self) -> None:
-        check_count("RetryPolicy.max_attempts", self.max_attempts, minimum=1, maximum=MAX_ATTEMPTS)
+        check_int("RetryPolicy.max_attempts", self.max_attempts, minimum=1, maximum=MAX_ATTEMPTS)
         for name, maximum in (
             ("initial_delay", MAX_DELAY_SECONDS),
             ("max_delay", MAX_DELAY_SECONDS),
             ("multiplier", MAX_MULTIPLIER),
             ("jitter", 1.0),
         ):
-            value = check_amount(f"RetryPolicy.{name}", getattr(self, name), maximum=maximum)
+            value = check_number(f"RetryPolicy.{name}", getattr(self, name), maximum=maximum)
             object.__setattr__(self, name, value)
         if self.multiplier < 1:  # a shrinking backoff retries faster the busier the server
             raise ConfigError(f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}")

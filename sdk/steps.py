@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from budgetmix import semconv as sc
-from budgetmix.budget import check_count
+from budgetmix._validate import check_int
 from budgetmix.events import MistakeKind, exception_text, mistake_kind
 from budgetmix.exceptions import BudgetExhausted, ConfigError, ProviderError
 from budgetmix.notice import (
@@ -119,8 +119,8 @@ class Turn:
                 string or a bool is not a count), or ``cost_usd`` is not a finite number
                 in ``[0, 1e12]``; the message names the argument (``usage.input_tokens``).
         """
-        check_count("usage.cache_read_tokens", cache_read_tokens)
-        check_count("usage.cache_write_tokens", cache_write_tokens)
+        check_int("usage.cache_read_tokens", cache_read_tokens)
+        check_int("usage.cache_write_tokens", cache_write_tokens)
         self.episode.ledger.add_usage(
             input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
         )
