@@ -21,15 +21,14 @@ from budgetmix.adapters.base import (
 from budgetmix.adapters.env_agent import ChatModelEnvAgent
 from budgetmix.adapters.local import LocalChatModel, parse_tool_calls
 from budgetmix.adapters.loop import AgentRun, arun_agent, run_agent
-from budgetmix.adapters.scripted import (
+from budgetmix.adapters.testing.network import NetworkBlockedError, block_network
+from budgetmix.adapters.testing.scripted import (
     FailingModel,
     MistakeThenRecover,
     ModelRequest,
-    NetworkBlockedError,
     ScriptedModel,
     ScriptExhaustedError,
     TransientModelError,
-    block_network,
     final_answer,
     invalid_json_call,
     tool_call,

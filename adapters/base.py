@@ -28,9 +28,11 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallRequest:
-    """A tool call the model asked for. ``arguments`` is the raw JSON text as sent."""
+    """A tool call: the one type for calls a model asked for, read from any wire format,
+    and for calls a test double scripts. ``arguments`` is the raw JSON text as sent;
+    ``id`` is ``""`` when the provider gave none (a fake server then makes one up)."""
 
-    id: str
+    id: str = ""
     name: str
     arguments: str
 

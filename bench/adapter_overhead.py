@@ -4,7 +4,7 @@
         [--round-trips 10]
 
 1. Latency: the same ``openai.OpenAI`` client against the same loopback fake
-   server (``budgetmix.adapters.fake_server``, in its own process like a local
+   server (``budgetmix.adapters.testing.fake_server``, in its own process like a local
    vLLM or Ollama; ``--server thread`` puts it on a thread here), unwrapped,
    wrapped with ``budgeted(...)``, and with ``BudgetTransport`` in its HTTP
    client, for two requests: an agent's first turn (system prompt and task, the
@@ -48,10 +48,10 @@ import httpx
 import openai
 from budgetmix import Budget, BudgetController, render_notice
 from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
 from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.openai import budgeted
 from budgetmix.adapters.pricing import DEFAULT_PRICING
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 MESSAGES = [
     {"role": "system", "content": "You are a careful assistant. " * 20},
@@ -66,7 +66,7 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
 
 _SERVE = """
 import sys
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 server = FakeLLMServer(default=Reply.say("ok " * 20, input_tokens=300, output_tokens=20)).start()
 print(server.base_url, flush=True)
 sys.stdin.read()  # serve until the benchmark closes our stdin

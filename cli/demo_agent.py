@@ -1,7 +1,7 @@
 """The demo's production-style agent: real tool functions and a scripted model.
 
 A customer-support agent looks up an order, checks stock, and quotes a
-delivery date. The model is :class:`~budgetmix.adapters.scripted.MistakeThenRecover`
+delivery date. The model is :class:`~budgetmix.adapters.testing.scripted.MistakeThenRecover`
 (a test double shipped in the package) that slips up at a seeded rate (invalid
 JSON, unknown tools, bad arguments) and then recovers, so budgets, notices,
 mistakes and recoveries all show without an API key.
@@ -59,7 +59,7 @@ def run_support_episodes(
     """Run the support agent for every (budget, seed) under a controller built
     with ``controller_kwargs`` (from :func:`budgetmix.policies.build_controller_kwargs`)."""
     from budgetmix.adapters.loop import run_agent
-    from budgetmix.adapters.scripted import MistakeThenRecover, ScriptedModel
+    from budgetmix.adapters.testing.scripted import MistakeThenRecover, ScriptedModel
 
     runs: list[SupportRun] = []
     for turns in budgets:

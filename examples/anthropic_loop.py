@@ -20,7 +20,7 @@ from typing import Any
 import anthropic
 from budgetmix import Budget, BudgetController, EpisodeResult
 from budgetmix.adapters.anthropic import budgeted
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 TOOLS = [
     {

@@ -25,8 +25,8 @@ import httpx
 import openai
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 from budgetmix import Budget, BudgetController, EpisodeResult
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
 from budgetmix.adapters.http import AsyncBudgetTransport
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 
 @function_tool

@@ -19,8 +19,8 @@ from typing import Any
 
 import openai
 from budgetmix import Budget, BudgetController
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
 from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 from budgetmix.otlp_receiver import OTLPReceiver
 from budgetmix.telemetry import configure_tracing
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import openai
 from budgetmix import Budget, BudgetController, EpisodeResult
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
 from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 TOOLS = [
     {

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import httpx2
 from budgetmix import Budget, BudgetController
-from budgetmix.adapters.fake_server import FakeLLMServer
+from budgetmix.adapters.testing import FakeLLMServer
 from budgetmix.retry import RetryPolicy
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -10,7 +10,8 @@ import pytest
 from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, make_rig
 from budgetmix import BudgetExhausted, EpisodeStatus, MistakeKind, ProviderError
 from budgetmix.adapters.anthropic import AsyncBudgetedAnthropic, BudgetedAnthropic, budgeted
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
+from budgetmix.adapters.testing import Reply
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -36,9 +37,9 @@ def kinds(ep: Any) -> list[str]:
 
 def test_create_injects_after_tool_results_and_records_everything() -> None:
     calls = (
-        FakeToolCall(name="add", arguments='{"a": 1, "b": 2}'),
-        FakeToolCall(name="add", arguments='{"a": 1}'),
-        FakeToolCall(name="sub", arguments="{}"),
+        ToolCallRequest(name="add", arguments='{"a": 1, "b": 2}'),
+        ToolCallRequest(name="add", arguments='{"a": 1}'),
+        ToolCallRequest(name="sub", arguments="{}"),
     )
     rig = make_rig([Reply(tool_calls=calls, input_tokens=1000, output_tokens=10)])
     client = budgeted(rig.anthropic(), rig.controller)
@@ -72,7 +73,7 @@ def test_is_error_results_already_recorded_are_not_recorded_again() -> None:
 
 def test_stream_helper_counts_on_open_and_records_at_the_end() -> None:
     truncated = Reply(
-        tool_calls=(FakeToolCall(name="add", arguments='{"a": 1, "b'),), finish_reason="length"
+        tool_calls=(ToolCallRequest(name="add", arguments='{"a": 1, "b'),), finish_reason="length"
     )
     rig = make_rig([Reply.say("three"), truncated])
     client = budgeted(rig.anthropic(), rig.controller)

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
-from budgetmix.adapters.fake_server import FakeLLMServer, Reply
 from budgetmix.adapters.http import AsyncBudgetTransport
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 pytestmark = pytest.mark.frameworks
 openai = pytest.importorskip("openai")

@@ -16,8 +16,9 @@ import httpx
 import pytest
 from _provider_fakes import ANTHROPIC_MODEL, CHAT_TOOLS, make_rig
 from budgetmix import ConfigError, ResponseFormatError
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.http import BudgetTransport
+from budgetmix.adapters.testing import Reply
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -583,7 +584,8 @@ def test_a_lone_surrogate_the_model_sends_does_not_poison_the_loop_history() -> 
         """Add two integers."""
         return a + b
 
-    call = FakeToolCall(name="add", arguments='{"a": 1, "b": 2, "note": "\\ud800"}', id="c\ud800")
+    args = '{"a": 1, "b": 2, "note": "\\ud800"}'
+    call = ToolCallRequest(name="add", arguments=args, id="c\ud800")
     rig = make_rig([Reply(text="let me add \ud800", tool_calls=(call,)), Reply.say("3")])
     run = run_agent(OpenAIChatModel(rig.openai(), "gpt-4o"), [add], "1+2?", Budget(turns=3))
     assert run.output == "3" and rig.net.count == 2

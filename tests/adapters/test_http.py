@@ -17,13 +17,14 @@ from _provider_fakes import (
     make_rig,
 )
 from budgetmix import BudgetExhausted, EpisodeStatus
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.http import (
     CONVERSATION_HEADER,
     AsyncBudgetTransport,
     BudgetTransport,
     wire_kind,
 )
+from budgetmix.adapters.testing import Reply
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -64,7 +65,7 @@ def test_wire_kind() -> None:
 
 @pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
 def test_openai_chat_through_the_transport(lib: Any) -> None:
-    calls = (FakeToolCall(name="add", arguments='{"a": 1}'),)
+    calls = (ToolCallRequest(name="add", arguments='{"a": 1}'),)
     rig = make_rig([Reply(tool_calls=calls, input_tokens=10, output_tokens=5), Reply.say("3")])
     client = openai_client(transport(rig), lib=lib)
     with rig.controller.episode() as ep:
@@ -284,7 +285,7 @@ def test_malformed_bodies_do_not_crash_and_are_recorded() -> None:
 
 
 def test_transport_records_recoveries_from_the_tool_results_it_forwards() -> None:
-    bad = FakeToolCall(name="add", arguments='{"a": 1}', id="c1")
+    bad = ToolCallRequest(name="add", arguments='{"a": 1}', id="c1")
     rig = make_rig([Reply(tool_calls=(bad,)), Reply.say("3")])
     client = openai_client(transport(rig))
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}

@@ -248,7 +248,7 @@ def test_bad_arguments_are_config_errors() -> None:
 
 
 def test_on_demand_extension_is_offered_as_a_tool() -> None:
-    from budgetmix.policies.extension import OnDemandExtension
+    from budgetmix.policies.extension import ExtendOnDemand
 
     model = ScriptedModel(
         [
@@ -263,7 +263,7 @@ def test_on_demand_extension_is_offered_as_a_tool() -> None:
         [add],
         "x",
         Budget(turns=2, tool_calls=5),
-        extension=OnDemandExtension(step=2, max_grants=1),
+        extension=ExtendOnDemand(step=2, max_grants=1),
     )
     assert model.requests[0].tool_names == ("add", "request_more_turns")
     assert model.requests[1].messages[-1].content == "Granted 2 more turns."
@@ -274,11 +274,11 @@ def test_on_demand_extension_is_offered_as_a_tool() -> None:
 
 
 def test_on_demand_request_with_bad_arguments_is_a_mistake() -> None:
-    from budgetmix.policies.extension import OnDemandExtension
+    from budgetmix.policies.extension import ExtendOnDemand
 
     model = ScriptedModel(
         [tool_calls(tool_call("request_more_turns", {"turns": 0})), final_answer("x")]
     )
-    run = run_agent(model, [add], "x", Budget(turns=2), extension=OnDemandExtension())
+    run = run_agent(model, [add], "x", Budget(turns=2), extension=ExtendOnDemand())
     assert [m.kind for m in run.result.mistakes] == [MistakeKind.INVALID_TOOL_ARGUMENTS]
     assert run.result.limits["turns"] == 2

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 from _provider_fakes import ANTHROPIC_MODEL, make_rig
-from budgetmix.adapters.fake_server import Reply
 from budgetmix.adapters.http import BudgetTransport
+from budgetmix.adapters.testing import Reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -16,13 +16,14 @@ from budgetmix import (
     EpisodeStatus,
     ProviderError,
 )
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.openai import (
     AsyncBudgetedOpenAI,
     BudgetedOpenAI,
     budgeted,
 )
 from budgetmix.adapters.pricing import Pricing
+from budgetmix.adapters.testing import Reply
 
 openai = pytest.importorskip("openai")
 
@@ -61,11 +62,11 @@ def test_chat_injects_notice_records_usage_and_cost() -> None:
 
 def test_chat_tool_call_mistakes_unknown_invalid_json_and_schema() -> None:
     calls = (
-        FakeToolCall(name="add", arguments='{"a": 1, "b": 2}'),
-        FakeToolCall(name="add", arguments='{"a": 1}'),
-        FakeToolCall(name="add", arguments='{"a": "x", "b": 2}'),
-        FakeToolCall(name="mul", arguments="{}"),
-        FakeToolCall(name="add", arguments='{"a": 1, "b'),
+        ToolCallRequest(name="add", arguments='{"a": 1, "b": 2}'),
+        ToolCallRequest(name="add", arguments='{"a": 1}'),
+        ToolCallRequest(name="add", arguments='{"a": "x", "b": 2}'),
+        ToolCallRequest(name="mul", arguments="{}"),
+        ToolCallRequest(name="add", arguments='{"a": 1, "b'),
     )
     rig = make_rig([Reply(tool_calls=calls)])
     client = budgeted(rig.openai(), rig.controller)
@@ -86,7 +87,7 @@ def test_chat_tool_call_mistakes_unknown_invalid_json_and_schema() -> None:
 
 def test_truncated_arguments_missing_usage_and_empty_choices_are_recorded() -> None:
     truncated = Reply(
-        tool_calls=(FakeToolCall(name="add", arguments='{"a": 1, "b": 2'),),
+        tool_calls=(ToolCallRequest(name="add", arguments='{"a": 1, "b": 2'),),
         finish_reason="length",
         usage=False,
     )
@@ -214,7 +215,7 @@ def test_an_episode_target_is_charged_without_entering_it_as_current() -> None:
 
 # -- streaming -------------------------------------------------------------------------
 def test_chat_stream_counts_before_and_reads_usage_at_the_end() -> None:
-    rig = make_rig([Reply(text="hello", tool_calls=(FakeToolCall(name="add", arguments="{}"),))])
+    rig = make_rig([Reply(text="hello", tool_calls=(ToolCallRequest(name="add", arguments="{}"),))])
     client = budgeted(rig.openai(), rig.controller)
     with rig.controller.episode() as ep:
         stream = client.chat.completions.create(
@@ -240,7 +241,7 @@ def test_chat_stream_closed_early_records_once_without_usage() -> None:
 
 
 def test_responses_create_and_stream() -> None:
-    call = FakeToolCall(name="add", arguments='{"a": 1, "b": "2"}')
+    call = ToolCallRequest(name="add", arguments='{"a": 1, "b": "2"}')
     rig = make_rig([Reply(tool_calls=(call,)), Reply.say("3")])
     client = budgeted(rig.openai(), rig.controller)
     with rig.controller.episode() as ep:
@@ -328,7 +329,7 @@ def test_sdks_are_imported_lazily_and_missing_ones_name_the_extra() -> None:
 
     code = (
         "import sys, budgetmix, budgetmix.adapters.openai, budgetmix.adapters.anthropic, "
-        "budgetmix.adapters.http, budgetmix.adapters.pricing, budgetmix.adapters.fake_server;"
+        "budgetmix.adapters.http, budgetmix.adapters.pricing, budgetmix.adapters.testing;"
         "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

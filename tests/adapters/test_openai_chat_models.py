@@ -8,9 +8,9 @@ from _provider_fakes import ANTHROPIC_MODEL, make_rig
 from budgetmix import Budget, BudgetController, EpisodeStatus
 from budgetmix.adapters.anthropic import AnthropicChatModel
 from budgetmix.adapters.base import ChatMessage, ToolCallRequest, ToolSpec
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
 from budgetmix.adapters.loop import arun_agent, run_agent
 from budgetmix.adapters.openai import OpenAIChatModel
+from budgetmix.adapters.testing import Reply
 
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
@@ -29,7 +29,7 @@ def add(a: int, b: int) -> int:
 
 def test_openai_chat_model_translates_and_keeps_tools_on_tool_choice_none() -> None:
     rig = make_rig(
-        [Reply(text="thinking", tool_calls=(FakeToolCall(name="add", arguments='{"a": 1}'),))]
+        [Reply(text="thinking", tool_calls=(ToolCallRequest(name="add", arguments='{"a": 1}'),))]
     )
     model = OpenAIChatModel(rig.openai(), "gpt-4o")
     history = [

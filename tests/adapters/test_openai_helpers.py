@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from _provider_fakes import CHAT_TOOLS, make_rig
 from budgetmix import BudgetExhausted, BudgetmixError
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters.testing import Reply
 from pydantic import BaseModel
 
 pytest.importorskip("openai")
@@ -34,7 +35,7 @@ def sent(rig: Any, i: int = 0) -> Any:
 
 # -- chat.completions.stream() ---------------------------------------------------------
 def test_chat_stream_helper_keeps_the_sdks_events_and_records_usage() -> None:
-    rig = make_rig([Reply(text="hello", tool_calls=(FakeToolCall(name="add", arguments="{}"),))])
+    rig = make_rig([Reply(text="hello", tool_calls=(ToolCallRequest(name="add", arguments="{}"),))])
     client = budgeted(rig.openai(), rig.controller)
     with rig.controller.episode() as ep:
         manager = client.chat.completions.stream(model="gpt-4o", messages=USER, tools=CHAT_TOOLS)

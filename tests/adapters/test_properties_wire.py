@@ -36,9 +36,10 @@ from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, CHAT_TOOLS, RESPON
 from budgetmix import Budget, BudgetController, BudgetmixError, MistakeKind
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import WireKind, accumulator, parse_response
-from budgetmix.adapters.fake_server import FakeLLMServer, FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.pricing import DEFAULT_PRICING
+from budgetmix.adapters.testing import FakeLLMServer, Reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -167,9 +168,9 @@ REPLIES = [
     Reply(
         text="let me add",
         tool_calls=(
-            FakeToolCall(name="add", arguments='{"a": 1, "b": 2}'),
-            FakeToolCall(name="add", arguments='{"a": 1'),
-            FakeToolCall(name="nope", arguments="{}"),
+            ToolCallRequest(name="add", arguments='{"a": 1, "b": 2}'),
+            ToolCallRequest(name="add", arguments='{"a": 1'),
+            ToolCallRequest(name="nope", arguments="{}"),
         ),
     ),
     Reply(text="cut sho", finish_reason="length"),

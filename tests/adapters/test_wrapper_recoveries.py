@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, CHAT_TOOLS, make_rig
 from budgetmix.adapters.anthropic import budgeted as budgeted_anthropic
-from budgetmix.adapters.fake_server import FakeToolCall, Reply
+from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters.testing import Reply
 
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
@@ -26,8 +27,8 @@ def assistant_call(call_id: str, args: str) -> dict[str, Any]:
 
 
 def test_chat_invalid_call_then_answered_call_is_a_recovery() -> None:
-    bad = FakeToolCall(name="add", arguments='{"a": 1}', id="c1")
-    good = FakeToolCall(name="add", arguments='{"a": 1, "b": 2}', id="c2")
+    bad = ToolCallRequest(name="add", arguments='{"a": 1}', id="c1")
+    good = ToolCallRequest(name="add", arguments='{"a": 1, "b": 2}', id="c2")
     rig = make_rig([Reply(tool_calls=(bad,)), Reply(tool_calls=(good,)), Reply.say("3")])
     client = budgeted(rig.openai(), rig.controller)
     history: list[dict[str, Any]] = [{"role": "user", "content": "1+2?"}]
@@ -52,7 +53,7 @@ def test_chat_invalid_call_then_answered_call_is_a_recovery() -> None:
 
 
 def test_calls_run_through_tool_call_are_not_counted_twice() -> None:
-    rig = make_rig([Reply(tool_calls=(FakeToolCall(name="add", arguments="{}", id="c1"),))] * 2)
+    rig = make_rig([Reply(tool_calls=(ToolCallRequest(name="add", arguments="{}", id="c1"),))] * 2)
     client = budgeted(rig.openai(), rig.controller)
     history: list[dict[str, Any]] = [{"role": "user", "content": "1+2?"}]
     with rig.controller.episode() as ep:

@@ -3,7 +3,7 @@
 :class:`Reply` scripts one answer; :class:`_Renderer` turns it into an OpenAI
 Chat Completions, OpenAI Responses or Anthropic Messages body, whole or as
 server-sent events, with usage, finish reasons and errors in each wire's own
-shape. :mod:`budgetmix.adapters.fake_server` serves them.
+shape. :mod:`budgetmix.adapters.testing.fake_server` serves them.
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["FakeToolCall", "RecordedRequest", "Reply"]
+from budgetmix.adapters.base import ToolCallRequest
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FakeToolCall:
-    """A tool call the fake model makes; ``arguments`` as JSON text (may be broken on purpose)."""
-
-    name: str
-    arguments: str = "{}"
-    id: str | None = None
+__all__ = ["RecordedRequest", "Reply"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,7 +25,8 @@ class Reply:
 
     Attributes:
         text: assistant text.
-        tool_calls: tool calls to make.
+        tool_calls: tool calls to make (``arguments`` may be broken JSON on purpose; a
+            call without an ``id`` gets one).
         finish_reason: ``stop``, ``tool_calls`` or ``length`` (default from the content);
             rendered in each wire's own words (``end_turn``, ``max_tokens``, ...).
         input_tokens, output_tokens: reported usage (default: request bytes / 4, output / 4).
@@ -50,7 +44,7 @@ class Reply:
     """
 
     text: str = ""
-    tool_calls: tuple[FakeToolCall, ...] = ()
+    tool_calls: tuple[ToolCallRequest, ...] = ()
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -72,7 +66,7 @@ class Reply:
     def call(cls, name: str, arguments: Mapping[str, Any] | str | None = None, **kw: Any) -> Reply:
         """One tool call; ``arguments`` a mapping (dumped to JSON) or raw JSON text."""
         args = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
-        return cls(tool_calls=(FakeToolCall(name=name, arguments=args),), **kw)
+        return cls(tool_calls=(ToolCallRequest(name=name, arguments=args),), **kw)
 
     @classmethod
     def error(

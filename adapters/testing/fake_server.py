@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from budgetmix.adapters._fake_wire import (
-    FakeToolCall,
+from budgetmix.adapters.testing._fake_wire import (
     RecordedRequest,
     Reply,
     _kind,
@@ -41,7 +40,7 @@ from budgetmix.adapters._fake_wire import (
     _Renderer,
 )
 
-__all__ = ["FakeLLMServer", "FakeToolCall", "FakeTransport", "RecordedRequest", "Reply"]
+__all__ = ["FakeLLMServer", "FakeTransport", "RecordedRequest", "Reply"]
 
 
 _DONE = Reply(text="done")
