@@ -24,11 +24,11 @@ from budgetmix.adapters._openai_helpers import (
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
-from budgetmix.adapters._wire import WireKind, as_format_error, parse_response
+from budgetmix.adapters._wire import WireKind, parse_response
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
-from budgetmix.controller import BudgetController, current_episode
-from budgetmix.episode import Episode
-from budgetmix.exceptions import BudgetmixError, ProviderError
+from budgetmix.controller import BudgetController
+from budgetmix.episode import Episode, current_episode
+from budgetmix.exceptions import BudgetmixError
 
 __all__ = [
     "AsyncEndpoint",
@@ -98,7 +98,7 @@ class Endpoint:
         try:
             parsed = raw.parse()  # it caches: the caller's own parse() is free
         except Exception as exc:  # recorded as inside the turn's call, where create() parses
-            raise as_format_error(req.turn.failed(exc), exc) from exc
+            raise req.turn.failed(exc) from exc
         self._finish(req, parsed, is_async=is_async)
         return raw
 
@@ -145,10 +145,7 @@ class SyncEndpoint(Endpoint):
         return RawResponses(self)
 
     def _send(self, req: TurnRequest, method: Callable[..., Any]) -> Any:
-        try:
-            return req.turn.call(partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep)
-        except ProviderError as exc:
-            raise as_format_error(exc) from exc.__cause__
+        return req.turn.call(partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep)
 
     def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
         req = self._start(kwargs)
@@ -184,12 +181,7 @@ class AsyncEndpoint(Endpoint):
         return AsyncRawResponses(self)
 
     async def _send(self, req: TurnRequest, method: Callable[..., Awaitable[Any]]) -> Any:
-        try:
-            return await req.turn.acall(
-                partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep
-            )
-        except ProviderError as exc:
-            raise as_format_error(exc) from exc.__cause__
+        return await req.turn.acall(partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep)
 
     async def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
         req = self._start(kwargs)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from budgetmix.adapters._wire import as_format_error
-
 if TYPE_CHECKING:
     from budgetmix.adapters._turn import TurnRequest
 
@@ -40,7 +38,7 @@ class _Recorder:
 
     def _failed(self, exc: BaseException) -> BaseException:
         self._done = True
-        return as_format_error(self._req.turn.failed(exc), exc)
+        return self._req.turn.failed(exc)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

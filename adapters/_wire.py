@@ -21,7 +21,6 @@ from functools import partial
 from typing import Any, Literal
 
 from budgetmix.adapters.base import Usage
-from budgetmix.exceptions import BudgetmixError, ConfigError, ProviderError, ResponseFormatError
 
 __all__ = [
     "AnthropicStreamAccumulator",
@@ -30,7 +29,6 @@ __all__ = [
     "ResponsesStreamAccumulator",
     "WireKind",
     "WireToolCall",
-    "as_format_error",
     "as_seq",
     "as_str",
     "as_text",
@@ -480,29 +478,3 @@ def accumulator(kind: WireKind) -> Accumulator:
     if kind == "responses":
         return ResponsesStreamAccumulator()
     return AnthropicStreamAccumulator()
-
-
-def as_format_error(exc: ProviderError, cause: BaseException | None = None) -> BudgetmixError:
-    """A final failure caused by an unusable body (not JSON, nested too deep to read,
-    failed SDK validation) as :class:`ResponseFormatError`; one the SDK raised while
-    encoding the request (nothing was sent) as :class:`ConfigError`; any other failure
-    unchanged. ``cause``: the SDK's exception (default ``exc.__cause__``)."""
-    cause = cause if cause is not None else exc.__cause__
-    if isinstance(exc, ResponseFormatError) or cause is None:
-        return exc
-    name = type(cause).__name__
-    if isinstance(cause, UnicodeEncodeError):
-        return ConfigError(
-            f"{name}: the request content could not be encoded as UTF-8 JSON ({cause.reason} "
-            f"at position {cause.start}); nothing was sent"
-        )
-    if isinstance(cause, RecursionError):
-        return ResponseFormatError(
-            f"{name}: the provider's response could not be read (it nests too deep)",
-            status_code=exc.status_code,
-        )
-    if isinstance(cause, ValueError) or name.endswith("ResponseValidationError"):
-        return ResponseFormatError(
-            f"{name}: the provider's response could not be read", status_code=exc.status_code
-        )
-    return exc

@@ -8,8 +8,8 @@ train local models to match (``budgetmix.training``).
 from budgetmix._version import __version__
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.budget import DIMENSIONS, Budget
-from budgetmix.controller import BudgetController, current_episode
-from budgetmix.episode import Episode
+from budgetmix.controller import BudgetController
+from budgetmix.episode import Episode, current_episode
 from budgetmix.events import (
     BudgetEvent,
     EpisodeResult,
@@ -39,7 +39,8 @@ from budgetmix.notice import (
     with_notice_openai_responses,
 )
 from budgetmix.policy import EveryTurnNotice, StepRecord
-from budgetmix.retry import RetryPolicy, classify_exception
+from budgetmix.provider_errors import classify_exception
+from budgetmix.retry import RetryPolicy
 from budgetmix.steps import ToolCall, Turn
 
 __all__ = [

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from budgetmix import semconv as sc
 from budgetmix._validate import check_bool, check_choice, check_keys, check_str
 from budgetmix.exceptions import ConfigError
 
@@ -91,12 +92,12 @@ class AccountingPolicy:
     def as_attributes(self) -> dict[str, str | bool]:
         """The policy as span attributes under ``budgetmix.accounting.*``."""
         return {
-            "budgetmix.accounting.policy": self.name,
-            "budgetmix.accounting.turn_unit": self.turn_unit,
-            "budgetmix.accounting.count_retries": self.count_retries,
-            "budgetmix.accounting.count_failed_requests": self.count_failed_requests,
-            "budgetmix.accounting.count_failed_tool_calls": self.count_failed_tool_calls,
-            "budgetmix.accounting.refunded_tools": ",".join(sorted(self.refunded_tools)),
+            sc.BM_ACCOUNTING_POLICY: self.name,
+            sc.BM_ACCOUNTING_TURN_UNIT: self.turn_unit,
+            sc.BM_ACCOUNTING_COUNT_RETRIES: self.count_retries,
+            sc.BM_ACCOUNTING_COUNT_FAILED_REQUESTS: self.count_failed_requests,
+            sc.BM_ACCOUNTING_COUNT_FAILED_TOOL_CALLS: self.count_failed_tool_calls,
+            sc.BM_ACCOUNTING_REFUNDED_TOOLS: ",".join(sorted(self.refunded_tools)),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from budgetmix._validate import MAX_COUNT, check_int, check_keys, check_mapping, check_number
@@ -81,10 +81,6 @@ class Budget:
     def limits(self) -> dict[str, float | None]:
         """Limit per dimension (``None`` = unlimited), in :data:`DIMENSIONS` order."""
         return {name: getattr(self, name) for name in DIMENSIONS}
-
-    def with_turns(self, turns: int) -> Budget:
-        """A copy with another turn limit (used by budget samplers)."""
-        return replace(self, turns=turns)
 
     def to_dict(self) -> dict[str, float]:
         """The set limits only, for configs and logs."""

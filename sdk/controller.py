@@ -22,7 +22,6 @@ built with ``exhaustion="raise"``, in which case :class:`BudgetExhausted`
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import time
@@ -30,14 +29,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
-from budgetmix import semconv as sc
 from budgetmix._validate import shown
-from budgetmix._version import __version__
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.budget import Budget
-from budgetmix.episode import Episode
+from budgetmix.episode import Episode, current_episode
 from budgetmix.exceptions import ConfigError
 from budgetmix.hooks import Hooks
+from budgetmix.instrumentation import Instrumentation, tracer_is_no_op
 from budgetmix.ledger import Clock
 from budgetmix.policy import (
     EarlyStopPolicy,
@@ -46,22 +44,13 @@ from budgetmix.policy import (
     ExtensionPolicy,
     NoticePolicy,
 )
-from budgetmix.retry import Classifier, RetryPolicy, classify_exception
+from budgetmix.provider_errors import classify_exception
+from budgetmix.retry import Classifier, RetryPolicy
 from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind
 
-__all__ = ["BudgetController", "current_episode"]
+__all__ = ["BudgetController"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
-    "budgetmix_episode", default=None
-)
-
-
-def current_episode() -> Episode | None:
-    """The innermost episode entered in this thread or task, if any."""
-    return _CURRENT.get()
 
 
 def _check_arguments(
@@ -173,14 +162,9 @@ class BudgetController:
         self.warn_fraction = warn_fraction
         self.provider_name = provider_name
         self.clock = clock
-        self.tracer = trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
-        meter = metrics.get_meter("budgetmix", __version__, meter_provider=meter_provider)
-        self.m_turns = meter.create_histogram(
-            "budgetmix.episode.turns", unit="{turn}", description="Turns used per episode"
+        self.instrumentation = Instrumentation(
+            self.hooks, tracer_provider=tracer_provider, meter_provider=meter_provider
         )
-        self.m_exhaustions = meter.create_counter("budgetmix.exhaustions", unit="{episode}")
-        self.m_mistakes = meter.create_counter("budgetmix.mistakes", unit="{mistake}")
-        self.m_recoveries = meter.create_counter("budgetmix.recoveries", unit="{recovery}")
 
     def episode(
         self,
@@ -236,7 +220,7 @@ class BudgetController:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                ep = _CURRENT.get()
+                ep = current_episode()
                 if ep is None:
                     return await fn(*args, **kwargs)
                 (call,) = ep.tool_batch([tool_name])
@@ -246,7 +230,7 @@ class BudgetController:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            ep = _CURRENT.get()
+            ep = current_episode()
             if ep is None:
                 return fn(*args, **kwargs)
             (call,) = ep.tool_batch([tool_name])
@@ -254,45 +238,7 @@ class BudgetController:
 
         return cast(F, wrapper)
 
-    # -- used by Episode ---------------------------------------------------------------
     def tracer_is_no_op(self) -> bool:
         """True when no span can be recorded: the API's no-op tracer, or the global proxy
         while no SDK tracer provider is installed (asked each time: one may come later)."""
-        tracer = self.tracer
-        if isinstance(tracer, trace.NoOpTracer):
-            return True
-        return isinstance(tracer, trace.ProxyTracer) and isinstance(
-            trace.get_tracer_provider(), trace.ProxyTracerProvider
-        )
-
-    def _enter(self, episode: Episode) -> contextvars.Token[Episode | None]:
-        return _CURRENT.set(episode)
-
-    def _exit(self, token: contextvars.Token[Episode | None]) -> None:
-        try:
-            _CURRENT.reset(token)
-        except ValueError:
-            # exited in another context (e.g. a different task); nothing to restore
-            _CURRENT.set(None)
-
-    def _start_episode_span(self, episode: Episode) -> trace.Span:
-        parent_ctx = trace.set_span_in_context(episode.parent._span) if episode.parent else None
-        span = self.tracer.start_span(
-            f"invoke_agent {episode.name}", context=parent_ctx, kind=SpanKind.INTERNAL
-        )
-        if span.is_recording():
-            span.set_attribute(sc.GEN_AI_OPERATION_NAME, "invoke_agent")
-            span.set_attribute(sc.GEN_AI_AGENT_NAME, episode.name)
-            span.set_attribute(sc.GEN_AI_AGENT_ID, episode.id)
-            span.set_attribute(sc.BM_EPISODE_ID, episode.id)
-            span.set_attribute(sc.BM_NOTICE_FORMAT, self.notice.format)
-            if episode.conversation_id:
-                span.set_attribute(sc.GEN_AI_CONVERSATION_ID, episode.conversation_id)
-            if self.provider_name:
-                span.set_attribute(sc.GEN_AI_PROVIDER_NAME, self.provider_name)
-            for k, v in self.accounting.as_attributes().items():
-                span.set_attribute(k, v)
-            for dim, lim in episode.ledger.limits().items():
-                if lim is not None:
-                    span.set_attribute(sc.bm_limit(dim), lim)
-        return span
+        return tracer_is_no_op(self.instrumentation.tracer)

@@ -1,48 +1,46 @@
-"""An episode: one budgeted run of an agent loop, with its ledger, events and spans."""
+"""An episode: one budgeted run of an agent loop, with its ledger, events and spans.
+
+The episode is where the pieces meet: its :class:`~budgetmix.ledger.Ledger` counts,
+its :class:`~budgetmix.decisions.EpisodeMachine` decides (status, exhaustion, early
+stop, grace turn, warning), the controller's policies are asked, and its
+:class:`~budgetmix.instrumentation.EpisodeTrace` writes every span, metric point
+and hook call. :class:`~budgetmix.Turn` and :class:`~budgetmix.ToolCall` reach it
+through their owner protocols (:class:`~budgetmix.steps.TurnOwner`,
+:class:`~budgetmix.steps.ToolOwner`).
+"""
 
 from __future__ import annotations
 
-import threading
+import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
 from budgetmix._validate import check_call_ids, check_tool_names
 from budgetmix.budget import Budget
-from budgetmix.events import (
-    BudgetEvent,
-    EpisodeResult,
-    EpisodeStatus,
-    Mistake,
-    MistakeKind,
-    Recovery,
-    exception_text,
-)
+from budgetmix.decisions import Closing, EpisodeMachine, TurnAction
+from budgetmix.events import BudgetEvent, EpisodeResult, Mistake, MistakeKind, Recovery
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
-from budgetmix.hooks import call_hooks
 from budgetmix.ledger import Ledger, LedgerState
 from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
-from budgetmix.spans import (
-    add_budget_event,
-    add_mistake_event,
-    add_recovery_event,
-    add_retry_event,
-    end_episode_attributes,
-    start_tool_spans,
-    start_turn_span,
-)
 from budgetmix.steps import ToolCall, Turn
-from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan
+from opentelemetry.trace import Span
 
 if TYPE_CHECKING:
-    import contextvars
-
     from budgetmix.controller import BudgetController
 
-__all__ = ["Episode"]
+__all__ = ["Episode", "current_episode"]
+
+_CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "budgetmix_episode", default=None
+)
+
+
+def current_episode() -> Episode | None:
+    """The innermost episode entered in this thread or task, if any."""
+    return _CURRENT.get()
 
 
 class Episode:
@@ -74,91 +72,76 @@ class Episode:
         )
         self.transcript: list[Any] = []
         self.result: EpisodeResult | None = None
+        self._machine = EpisodeMachine(controller.exhaustion)
         self._tracker = RecoveryTracker()
         self._steps: list[StepRecord] = []
         self._outcomes: set[str] = set()  # tool call ids whose outcome is recorded
         self._events: list[BudgetEvent] = []
         self._hook_errors: list[str] = []
-        self._lock = threading.Lock()
+        self._trace = controller.instrumentation.episode_trace(self, self._hook_errors)
         self._turn: Turn | None = None
-        self._status: EpisodeStatus | None = None
-        self._stop_reason: str | None = None
-        self._exhausted: str | None = None
-        self._early_stop: str | None = None
-        self._grace_used = False
-        self._warned = False
+        self._turn_span: Span | None = None  # the span of the turn in progress
         self._grants = 0
         self._output: Any = None
-        self._span: trace.Span = trace.INVALID_SPAN
-        self._spans_no_op: bool | None = None  # decided once per episode, when first asked
         self._ctx_token: contextvars.Token[Episode | None] | None = None
-        self._span_token: object | None = None
 
     # -- EpisodeView (what policies read) ----------------------------------------------
     @property
     def state(self) -> LedgerState:
+        """A snapshot of the ledger (the turn in progress counted in ``turn_number``)."""
         return self.ledger.state(in_turn=self._turn is not None)
 
     @property
     def mistakes(self) -> Sequence[Mistake]:
+        """The mistakes recorded so far."""
         return self._tracker.mistakes
 
     @property
     def recoveries(self) -> Sequence[Recovery]:
+        """The recoveries recorded so far."""
         return self._tracker.recoveries
 
     @property
     def steps(self) -> Sequence[StepRecord]:
+        """Every step (tool call or environment action) recorded so far."""
         return self._steps
 
     @property
     def grants(self) -> int:
+        """How many times limits were extended."""
         return self._grants
 
     @property
     def turn_number(self) -> int:
+        """Turns charged so far."""
         return int(self.ledger.used("turns"))
 
     @property
     def finished(self) -> bool:
-        return self._status is not None
+        """Whether the episode has ended."""
+        return self._machine.status is not None
 
     # -- context management ------------------------------------------------------------
     def __enter__(self) -> Episode:
-        c = self.controller
-        self._span = c._start_episode_span(self)
-        self._ctx_token = c._enter(self)
+        self._trace.start(self.parent._trace if self.parent is not None else None)
+        self._ctx_token = _CURRENT.set(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        suppress = False
-        if exc is None:
-            if self._status is None:
-                if self._exhausted is not None:
-                    self._close(EpisodeStatus.BUDGET_EXHAUSTED, self._exhausted)
-                elif self._early_stop is not None:
-                    self._close(EpisodeStatus.EARLY_STOPPED, self._early_stop)
-                else:
-                    self._close(EpisodeStatus.FAILED, None)
-        elif isinstance(exc, BudgetExhausted) and exc.episode_id in (self.id, None):
-            self._close(EpisodeStatus.BUDGET_EXHAUSTED, exc.dimension)
-            suppress = self.controller.exhaustion != "raise"
-        elif isinstance(exc, EarlyStopped) and exc.episode_id in (self.id, None):
-            self._close(EpisodeStatus.EARLY_STOPPED, exc.reason)
-            suppress = self.controller.exhaustion != "raise"
-        else:
-            self._close(EpisodeStatus.ERROR, None, error=exception_text(exc))
+        closing = self._machine.exiting(exc, self.id)
+        if closing is not None:
+            self._close(closing)
         if self._ctx_token is not None:
-            self.controller._exit(self._ctx_token)
+            try:
+                _CURRENT.reset(self._ctx_token)
+            except ValueError:
+                # exited in another context (e.g. a different task); nothing to restore
+                _CURRENT.set(None)
             self._ctx_token = None
-        if (
-            exc is None
-            and self.controller.exhaustion == "raise"
-            and self.result is not None
-            and self.result.status is EpisodeStatus.BUDGET_EXHAUSTED
-        ):
+        if exc is None and self._machine.raises_after_exit():
+            assert self.result is not None
             raise self._exhausted_error(self.result.stop_reason or "turns")
-        return suppress
+        return closing is not None and closing.suppress
 
     async def __aenter__(self) -> Episode:
         return self.__enter__()
@@ -177,27 +160,27 @@ class Episode:
         """
         turn = self.try_begin_turn(model=model)
         if turn is None:
-            if self._early_stop is not None:
-                raise EarlyStopped(self._early_stop, self.id)
-            raise self._exhausted_error(self._exhausted or "turns")
+            early, why = self._machine.stopped_by()
+            if early:
+                raise EarlyStopped(why, self.id)
+            raise self._exhausted_error(why)
         return turn
 
     def try_begin_turn(self, *, model: str | None = None) -> Turn | None:
         """Like :meth:`begin_turn`, but returns ``None`` where it would raise a budget stop."""
-        if self._status is not None:
-            raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
+        action = self._machine.next_turn()
+        if action is TurnAction.FINISHED:
+            raise BudgetmixError(f"episode {self.id} already finished ({self._machine.status})")
         self._end_turn()
-        if self._early_stop is not None:
-            return None
-        if self._exhausted is not None:
-            return self._grace_turn(model) if self._grace_allowed() else None
-        blocked = self.ledger.try_charge_turn()
-        if blocked is not None:
-            blocked = self._extend_and_retry(blocked, self.ledger.try_charge_turn)
-        if blocked is not None:
-            self._mark_exhausted(blocked)
-            return self._grace_turn(model) if self._grace_allowed() else None
-        return self._open_turn(model, grace=False)
+        if action is TurnAction.CHARGE:
+            blocked = self.ledger.try_charge_turn()
+            if blocked is None or self._extend(blocked, self.ledger.try_charge_turn) is None:
+                return self._open_turn(model, grace=False)
+            action = self._machine.after_refusal()
+        if action is TurnAction.GRACE:
+            self._event(sc.BM_EVENT_GRACE, "grace_turn", {})
+            return self._open_turn(model, grace=True)
+        return None
 
     def turns(self, *, model: str | None = None) -> Iterator[Turn]:
         """Yield charged turns until the budget (or an early stop) ends the loop."""
@@ -207,7 +190,7 @@ class Episode:
                 return
             with turn:
                 yield turn
-            if self._status is not None:
+            if self._machine.status is not None:
                 return
 
     @property
@@ -219,13 +202,6 @@ class Episode:
         """The notice for the current state, regardless of the notice policy."""
         return render_notice(self.state, self.controller.notice.format)
 
-    def _grace_allowed(self) -> bool:
-        return (
-            self.controller.exhaustion == "grace"
-            and not self._grace_used
-            and self._exhausted == "turns"
-        )
-
     def _open_turn(self, model: str | None, *, grace: bool) -> Turn:
         c = self.controller
         state = self.ledger.state(in_turn=True)
@@ -233,85 +209,54 @@ class Episode:
         if grace or c.notice.should_notify(state):
             notice = render_notice(state, c.notice.format)
         number = state.turn_number + (1 if grace else 0)
-        span = self._no_op_child()
-        if span is None:
-            span = start_turn_span(
-                c.tracer,
-                self._span,
-                number=number,
-                model=model,
-                provider=c.provider_name,
-                conversation_id=self.conversation_id,
-            )
+        remaining = state.turns_remaining - 1
+        span = self._trace.turn_span(number, model, grace=grace, turns_remaining=remaining)
         turn = Turn(self, number, model, notice, span, grace=grace)
-        if turn._recording:
-            span.set_attribute(sc.bm_remaining("turns"), state.turns_remaining - 1)
-            if grace:
-                span.set_attribute("budgetmix.grace_turn", True)
-        self._turn = turn
+        self._turn, self._turn_span = turn, span
         if not grace:
-            self._maybe_warn(state)
-            call_hooks(c.hooks, "on_turn", self, number)
+            if self._machine.should_warn(state, c.warn_fraction):
+                left = {"turns_remaining": state.turns_remaining}
+                self._event(sc.BM_EVENT_WARNING, "warning", left)
+                self._trace.warning(state)
+            self._trace.turn_opened(number)
         return turn
-
-    def _no_op_child(self, parent: trace.Span | None = None) -> trace.Span | None:
-        """What the OpenTelemetry no-op tracer returns for a child of ``parent`` (the
-        non-recording parent itself), without building the context and attributes it
-        would drop; ``None`` when a real tracer may record the child."""
-        parent = self._span if parent is None else parent
-        if not isinstance(parent, NonRecordingSpan):
-            return None
-        if self._spans_no_op is None:  # a provider installed mid-episode applies from the next
-            self._spans_no_op = self.controller.tracer_is_no_op()
-        return parent if self._spans_no_op else None
-
-    def _grace_turn(self, model: str | None) -> Turn:
-        self._grace_used = True
-        self._event(sc.BM_EVENT_GRACE, "grace_turn", {})
-        return self._open_turn(model, grace=True)
 
     def _end_turn(self) -> None:
         if self._turn is not None:
             self._turn.end()
-            self._turn = None
+            self._turn = self._turn_span = None
 
-    def _maybe_warn(self, state: LedgerState) -> None:
-        if self._warned or self.controller.warn_fraction <= 0:
-            return
-        if state.in_last_share(self.controller.warn_fraction):
-            self._warned = True
-            self._event(sc.BM_EVENT_WARNING, "warning", {"turns_remaining": state.turns_remaining})
-            call_hooks(self.controller.hooks, "on_budget_warning", self, state)
-
-    def _extend_and_retry(self, blocked: str, charge: Callable[[], str | None]) -> str | None:
-        """Ask the extension policy once per refusing dimension, retrying the charge
-        after each grant; returns what still refuses (a grant that does not unblock,
-        e.g. when a parent's limit refuses, must not loop forever)."""
+    # -- charging ----------------------------------------------------------------------
+    def _extend(self, blocked: str, charge: Callable[[], str | None]) -> str | None:
+        """``charge`` was refused on ``blocked``: ask the extension policy once per
+        refusing dimension, retrying the charge after each grant (a grant that does not
+        unblock, e.g. when a parent's limit refuses, must not loop forever). Returns
+        what still refuses, recorded as the episode's exhaustion."""
         asked: set[str] = set()
         current: str | None = blocked
         while current is not None and current not in asked:
             asked.add(current)
-            if self._ask_extension(current) is None:
+            if not self._ask_extension(current):
                 break
             current = charge()
+        if current is not None:
+            self._refused(current)
         return current
 
-    def _ask_extension(self, dimension: str) -> dict[str, float] | None:
+    def _ask_extension(self, dimension: str) -> bool:
         ext = self.controller.extension
         if ext is None:
-            return None
+            return False
         grant = ext.on_limit(self, dimension)
         if not grant:
-            return None
+            return False
         self.grant(**grant)
-        return grant
+        return True
 
-    def _mark_exhausted(self, dimension: str) -> None:
-        if self._exhausted is None:
-            self._exhausted = dimension
+    def _refused(self, dimension: str) -> None:
+        if self._machine.refused(dimension):
             self._event(sc.BM_EVENT_EXHAUSTED, "exhausted", {"dimension": dimension})
-            self.controller.m_exhaustions.add(1, {"dimension": dimension})
-            call_hooks(self.controller.hooks, "on_exhausted", self, dimension)
+            self._trace.exhausted(dimension)
 
     def _exhausted_error(self, dimension: str) -> BudgetExhausted:
         return BudgetExhausted(
@@ -321,17 +266,6 @@ class Episode:
             transcript=self.transcript,
             episode_id=self.id,
         )
-
-    def _wall_left(self) -> float | None:
-        # the tightest wall budget up the chain: a sub-agent's retries must not
-        # sleep past its caller's deadline either
-        left: float | None = None
-        for node in self.ledger.chain():
-            lim = node.limit("wall_seconds")
-            if lim is not None:
-                rem = max(0.0, lim - node.elapsed())
-                left = rem if left is None else min(left, rem)
-        return left
 
     # -- tools -------------------------------------------------------------------------
     def tool_batch(
@@ -349,23 +283,14 @@ class Episode:
         ids = check_call_ids(names, call_ids)
         if names and self._turn is not None and self._turn.grace:
             # the grace turn is a tool-less wrap-up: its tool calls would need another turn
-            raise self._exhausted_error(self._exhausted or "turns")
+            raise self._exhausted_error(self._machine.exhausted or "turns")
         blocked = self.ledger.try_charge_tool_batch(names)
         if blocked is not None:
-            blocked = self._extend_and_retry(
-                blocked, lambda: self.ledger.try_charge_tool_batch(names)
-            )
-        if blocked is not None:
-            self._mark_exhausted(blocked)
-            raise self._exhausted_error(blocked)
-        parent = self._turn._span if self._turn is not None else self._span
+            blocked = self._extend(blocked, lambda: self.ledger.try_charge_tool_batch(names))
+            if blocked is not None:
+                raise self._exhausted_error(blocked)
         turn = self.turn_number
-        no_op = self._no_op_child(parent)
-        if no_op is not None:
-            return [
-                ToolCall(self, name, cid, turn, no_op) for name, cid in zip(names, ids, strict=True)
-            ]
-        spans = start_tool_spans(self.controller.tracer, parent, names, ids)
+        spans = self._trace.tool_spans(self._turn_span, names, ids)
         return [
             ToolCall(self, name, cid, turn, span)
             for name, cid, span in zip(names, ids, spans, strict=True)
@@ -374,17 +299,6 @@ class Episode:
     def tool_call(self, name: str, call_id: str | None = None) -> ToolCall:
         """A batch of one."""
         return self.tool_batch([name], [call_id])[0]
-
-    def _tool_finished(self, call: ToolCall, *, mistake: MistakeKind | None, detail: str) -> None:
-        if mistake is not None:
-            if not self.ledger.accounting.count_failed_tool_calls:
-                self.ledger.refund_tool_call(call.name)
-            self.record_mistake(mistake, tool=call.name, call_id=call.call_id, detail=detail)
-        else:
-            if call.call_id:
-                self._outcomes.add(call.call_id)
-            self.record_step(ok=True, progress=True)
-        call_hooks(self.controller.hooks, "on_tool_result", self, call)
 
     def record_tool_result(
         self, call_id: str, *, ok: bool, tool: str | None = None, detail: str = ""
@@ -414,6 +328,8 @@ class Episode:
     ) -> Mistake:
         """Record a mistake (also a failed step) and emit ``budgetmix.mistake``.
 
+        ``detail`` is kept with credentials masked (it often quotes a tool's error).
+
         Raises:
             ConfigError: ``kind`` is not a :class:`MistakeKind` (or its value), or
                 ``detail``, ``tool``, ``call_id`` of the wrong type; nothing is recorded.
@@ -422,11 +338,7 @@ class Episode:
         if call_id:
             self._outcomes.add(call_id)
         self._steps.append(StepRecord(self.turn_number, ok=False, mistake=str(m.kind)))
-        span = self._current_span()
-        if span.is_recording():
-            add_mistake_event(span, m, tool=tool, call_id=call_id)
-        self.controller.m_mistakes.add(1, {"kind": str(m.kind)})
-        call_hooks(self.controller.hooks, "on_mistake", self, m)
+        self._trace.mistake(self._turn_span, m)
         self._check_early_stop()
         return m
 
@@ -446,21 +358,16 @@ class Episode:
         self._steps.append(StepRecord(self.turn_number, ok=True, progress=progress))
         recovery = self._tracker.success(self.turn_number)
         if recovery is not None:
-            span = self._current_span()
-            if span.is_recording():
-                add_recovery_event(span, recovery)
-            self.controller.m_recoveries.add(1)
-            call_hooks(self.controller.hooks, "on_recovery", self, recovery)
+            self._trace.recovery(self._turn_span, recovery)
         self._check_early_stop()
 
     def _check_early_stop(self) -> None:
         policy = self.controller.early_stop
-        if policy is None or self._early_stop is not None:
+        if policy is None or self._machine.early_stop is not None:
             return
         reason = policy.check(self)
-        if reason:
-            self._early_stop = reason
-            self._event("budgetmix.early_stop", "early_stop", {"reason": reason})
+        if self._machine.stopped_early(reason):
+            self._event(sc.BM_EVENT_EARLY_STOP, "early_stop", {"reason": reason})
 
     # -- budget changes, children, transcript ------------------------------------------
     def grant(self, **extra: float) -> None:
@@ -475,8 +382,8 @@ class Episode:
         """
         limits = self.ledger.grant(**extra)
         self._grants += 1
-        if self._exhausted is not None and self.ledger.blocking_dimension() is None:
-            self._exhausted = None
+        if self._machine.exhausted is not None and self.ledger.blocking_dimension() is None:
+            self._machine.unblocked()
         self._event(
             sc.BM_EVENT_EXTENDED,
             "extended",
@@ -511,99 +418,91 @@ class Episode:
         Raises:
             BudgetmixError: the episode already finished.
         """
-        if self._status is not None:
-            raise BudgetmixError(f"episode {self.id} already finished ({self._status})")
+        if self._machine.status is not None:
+            raise BudgetmixError(f"episode {self.id} already finished ({self._machine.status})")
         if success and self._tracker.unrecovered:
             self.record_step(ok=True, progress=True)
         if output is not None:
             self._output = output
-        if success:
-            return self._close(EpisodeStatus.SUCCESS, None)
-        if self._exhausted is not None:
-            return self._close(EpisodeStatus.BUDGET_EXHAUSTED, self._exhausted)
-        if self._early_stop is not None:
-            return self._close(EpisodeStatus.EARLY_STOPPED, self._early_stop)
-        return self._close(EpisodeStatus.FAILED, None)
+        return self._close(self._machine.finishing(success))
 
-    def _close(
-        self, status: EpisodeStatus, stop_reason: str | None, *, error: str | None = None
-    ) -> EpisodeResult:
-        if self.result is not None:
+    def _close(self, closing: Closing) -> EpisodeResult:
+        if not self._machine.close(closing):
+            assert self.result is not None
             return self.result
         self._end_turn()
-        self._status = status
-        used = self.ledger.counts()
-        span = self._span
-        trace_id = None
-        ctx = span.get_span_context()
-        if ctx.is_valid:
-            trace_id = format(ctx.trace_id, "032x")
         self.result = EpisodeResult(
             episode_id=self.id,
             name=self.name,
-            status=status,
-            stop_reason=stop_reason,
-            used=used,
+            status=closing.status,
+            stop_reason=closing.stop_reason,
+            used=self.ledger.counts(),
             limits=self.ledger.limits(),
             mistakes=tuple(self._tracker.mistakes),
             recoveries=tuple(self._tracker.recoveries),
             events=tuple(self._events),
-            trace_id=trace_id,
-            grace_turn=self._grace_used,
+            trace_id=self._trace.trace_id(),
+            grace_turn=self._machine.grace_used,
             final_output=self._output,
-            error=error,
+            error=closing.error,
             metadata=dict(self.metadata),
         )
-        if span.is_recording():
-            end_episode_attributes(
-                span,
-                status=str(status),
-                stop_reason=stop_reason,
-                mistakes=len(self._tracker.mistakes),
-                recoveries=len(self._tracker.recoveries),
-                used=used,
-                limits=self.ledger.limits(),
-                error=(error or "error") if status is EpisodeStatus.ERROR else None,
-            )
-        span.end()
-        self.controller.m_turns.record(used["turns"], {"status": str(status)})
-        call_hooks(self.controller.hooks, "on_finish", self, self.result)
+        self._trace.closed(self.result)
         return self.result
 
-    # -- internals ---------------------------------------------------------------------
-    def _current_span(self) -> trace.Span:
-        return self._turn._span if self._turn is not None else self._span
-
     def _event(self, otel_name: str, kind: str, detail: dict[str, Any]) -> None:
-        self._events.append(BudgetEvent(kind=kind, turn=self.turn_number, detail=detail))
-        if self._span.is_recording():
-            add_budget_event(self._span, otel_name, self.turn_number, detail)
+        turn = self.turn_number
+        self._events.append(BudgetEvent(kind=kind, turn=turn, detail=detail))
+        self._trace.budget_event(otel_name, turn, detail)
 
-    def _provider_failure(self, turn: Turn, exc: BaseException) -> None:
-        # record first: the mistake belongs to the turn that failed, not the one before
-        self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=type(exc).__name__)
-        # refund only a charge the turn holds: never twice, never for a grace turn
-        if turn._charged and not self.ledger.accounting.count_failed_requests:
-            self.ledger.refund_turn()
-            turn._charged = False
+    # -- owner protocol (what Turn and ToolCall call) ----------------------------------
+    def charge_resend(self) -> None:
+        """Charge a turn again before a request that gave its charge back is resent.
 
-    def _charge_again(self, turn: Turn) -> None:
-        """Re-charge a turn whose failed request was refunded, before it is resent."""
-        if turn._charged or turn.grace:
-            return
+        Raises:
+            BudgetExhausted: a limit refuses it (the extension policy was asked).
+        """
         blocked = self.ledger.try_charge_turn()
         if blocked is not None:
-            blocked = self._extend_and_retry(blocked, self.ledger.try_charge_turn)
-        if blocked is not None:
-            self._mark_exhausted(blocked)
-            raise self._exhausted_error(blocked)
-        turn._charged = True
+            blocked = self._extend(blocked, self.ledger.try_charge_turn)
+            if blocked is not None:
+                raise self._exhausted_error(blocked)
 
-    def _on_retry(self, turn: Turn, attempt: int, exc: BaseException, delay: float) -> None:
+    def turn_failed(self, detail: str, *, sent: bool, charged: bool) -> bool:
+        """A turn's request failed for good: a ``provider_error`` mistake when it was
+        ``sent`` (recorded first: it belongs to the turn that failed); the turn's charge
+        (if it holds one) given back unless the accounting counts failed requests, and
+        always when nothing was sent. ``True`` when the charge was given back."""
+        if sent:
+            self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=detail)
+        if charged and not (sent and self.ledger.accounting.count_failed_requests):
+            self.ledger.refund_turn()
+            return True
+        return False
+
+    def turn_retrying(self, span: Span, attempt: int, exc: BaseException, delay: float) -> None:
+        """A failed attempt is about to be retried: charged as a turn when the accounting
+        counts retries, and a ``budgetmix.retry`` event on the turn's ``span``.
+
+        Raises:
+            BudgetExhausted: retries count and a limit refuses this one.
+        """
         if self.ledger.accounting.count_retries:
             blocked = self.ledger.try_charge_turn()
             if blocked is not None:
-                self._mark_exhausted(blocked)
+                self._refused(blocked)
                 raise self._exhausted_error(blocked) from exc
-        if turn._span.is_recording():
-            add_retry_event(turn._span, attempt, delay, exc)
+        self._trace.retry(span, attempt, delay, exc)
+
+    def tool_finished(self, call: ToolCall, mistake: MistakeKind | None, detail: str) -> None:
+        """``call`` ended: a success is a step (it may complete a recovery); a mistake is
+        recorded, and its charge given back unless the accounting counts failed calls."""
+        if mistake is not None:
+            if not self.ledger.accounting.count_failed_tool_calls:
+                self.ledger.refund_tool_call(call.name)
+            self.record_mistake(mistake, tool=call.name, call_id=call.call_id, detail=detail)
+        else:
+            if call.call_id:
+                self._outcomes.add(call.call_id)
+            self.record_step(ok=True, progress=True)
+        self._trace.tool_result(call)

@@ -2,13 +2,12 @@
 
 Subclass :class:`Hooks` and override what you need. A hook that raises is
 logged and recorded on the episode; it never corrupts the ledger or the
-episode's outcome.
+episode's outcome. :mod:`budgetmix.instrumentation` is what calls them.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from budgetmix.events import EpisodeResult, Mistake, Recovery
 from budgetmix.ledger import LedgerState
@@ -18,8 +17,6 @@ if TYPE_CHECKING:
     from budgetmix.steps import ToolCall
 
 __all__ = ["Hooks"]
-
-log = logging.getLogger("budgetmix")
 
 
 class Hooks:
@@ -46,14 +43,3 @@ class Hooks:
     def on_finish(self, episode: Episode, result: EpisodeResult) -> None:
         """The episode ended with ``result``."""
 
-
-def call_hooks(hooks: tuple[Hooks, ...], method: str, episode: Episode, *args: Any) -> None:
-    """Run ``method`` on every hook; exceptions are logged and recorded, never raised."""
-    for hook in hooks:
-        try:
-            getattr(hook, method)(episode, *args)
-        except Exception as exc:
-            log.warning(
-                "budgetmix hook %s.%s raised %s", type(hook).__name__, method, type(exc).__name__
-            )
-            episode._hook_errors.append(f"{type(hook).__name__}.{method}: {type(exc).__name__}")

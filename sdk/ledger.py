@@ -164,6 +164,18 @@ class Ledger:
         """This ledger and its ancestors, nearest first."""
         return list(self._chain)
 
+    def wall_left(self) -> float | None:
+        """Seconds left of the tightest wall-clock limit up the chain (``None``: no
+        ledger of the chain has one): a sub-agent's retries must not wait past its
+        caller's deadline either."""
+        left: float | None = None
+        for node in self._chain:
+            lim = node._limits["wall_seconds"]
+            if lim is not None:
+                rem = max(0.0, lim - node.elapsed())
+                left = rem if left is None else min(left, rem)
+        return left
+
     def blocking_dimension(self) -> str | None:
         """The first dimension (here or in an ancestor) that forbids another turn."""
         with self._lock:
@@ -316,15 +328,3 @@ class Ledger:
     def limits(self) -> dict[str, float | None]:
         return dict(self._limits)
 
-
-def exceeded(state: LedgerState) -> list[str]:
-    """Dimensions whose usage is above the limit (should always be empty for turns)."""
-    out = []
-    for dim, lim in state.limits.items():
-        if lim is not None and state.used[dim] > lim and dim in ("turns", "tool_calls"):
-            out.append(dim)
-    return out
-
-
-def limits_of(limits: Mapping[str, float | None]) -> dict[str, float]:
-    return {k: v for k, v in limits.items() if v is not None}

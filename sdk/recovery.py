@@ -34,7 +34,8 @@ class RecoveryTracker:
         call_id: str | None = None,
         detail: str = "",
     ) -> Mistake:
-        """Record a mistake in ``turn``.
+        """Record a mistake in ``turn``; ``detail`` is kept with credentials masked
+        (:func:`~budgetmix.redaction.redact_text`).
 
         Raises:
             ConfigError: ``kind`` is not a mistake kind, ``detail`` not a str, or
@@ -43,6 +44,12 @@ class RecoveryTracker:
         kind = mistake_kind(kind)
         if not isinstance(detail, str):
             raise ConfigError(f"detail must be a str, got {type(detail).__name__}")
+        if detail:
+            # a tool's error text may quote a credential; the detail reaches the result,
+            # its JSON form and every log of it, so it is masked once, here
+            from budgetmix.redaction import redact_text
+
+            detail = redact_text(detail)
         for field, value in (("tool", tool), ("call_id", call_id)):
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{field} must be a str or None, got {type(value).__name__}")

@@ -1,109 +1,41 @@
-"""Retries of transient provider errors, built on tenacity.
+"""Retries of transient provider errors: one I/O-free decision core, two thin drivers.
 
-Retries never consume turns (see :class:`~budgetmix.AccountingPolicy`) but do
-consume wall time, so the retry loop gives up rather than sleep past the
-episode's wall-clock budget. Every retry is reported through ``on_retry``
-(the controller turns it into a span event). Tests inject ``sleep``.
+:class:`RetryState` decides, after each failed attempt, how long to wait before the
+next one or whether to give up (like tenacity's ``iter``, it never sleeps or calls);
+:func:`call_with_retry` and :func:`acall_with_retry` are the sync and async loops
+over it. Retries never consume turns (see :class:`~budgetmix.AccountingPolicy`) but
+do consume wall time, so the core gives up rather than wait past the episode's
+wall-clock budget. Every retry is reported through ``on_retry`` (the episode turns it
+into a span event) before the wait. Tests inject ``sleep`` (``sleep=list.append``).
+What an exception means (transient or not) is :mod:`budgetmix.provider_errors`'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import tenacity
 from budgetmix._validate import check_int, check_number, shown
 from budgetmix.exceptions import ConfigError
+from budgetmix.provider_errors import TransientInfo, classify_exception
 
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_DELAY_SECONDS",
     "MAX_MULTIPLIER",
+    "Classifier",
+    "OnRetry",
     "RetryPolicy",
-    "TransientInfo",
+    "RetryState",
     "acall_with_retry",
     "call_with_retry",
-    "classify_exception",
 ]
 
 T = TypeVar("T")
-_TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-
-
-@dataclass(frozen=True, slots=True)
-class TransientInfo:
-    """Whether an exception is worth retrying, and the server's Retry-After if given."""
-
-    transient: bool
-    status_code: int | None = None
-    retry_after: float | None = None
-
-
-def _header(headers: Any, name: str) -> Any:
-    # httpx.Headers is case-insensitive; a plain dict (test doubles, other clients) is not
-    value = headers.get(name)
-    if value is None and isinstance(headers, dict):
-        value = next((v for k, v in headers.items() if str(k).lower() == name), None)
-    return value
-
-
-def _retry_after(headers: Any) -> float | None:
-    if headers is None:
-        return None
-    try:
-        ms = _header(headers, "retry-after-ms")
-        if ms is not None:
-            return max(0.0, float(ms) / 1000.0)
-        raw = _header(headers, "retry-after")
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if raw is None:
-        return None
-    try:
-        seconds = float(raw)
-    except (TypeError, ValueError):
-        # an HTTP date; a malformed one must not turn a retryable error into a crash
-        try:
-            parsed = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        return max(0.0, parsed.timestamp() - time.time())
-    return max(0.0, seconds) if math.isfinite(seconds) else None
-
-
-def classify_exception(exc: BaseException) -> TransientInfo:
-    """Classify an exception from any provider SDK or httpx without importing them.
-
-    Transient: HTTP 408/409/425/429/5xx/529, timeouts, connection errors/resets.
-    """
-    name = type(exc).__name__
-    response = getattr(exc, "response", None)
-    status = getattr(exc, "status_code", None)
-    if status is None and response is not None:
-        status = getattr(response, "status_code", None)
-    headers = getattr(response, "headers", None) if response is not None else None
-    if isinstance(status, int):
-        transient = status in _TRANSIENT_STATUS or status >= 500
-        return TransientInfo(transient, status, _retry_after(headers) if transient else None)
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return TransientInfo(True)
-    transient_names = (
-        "Timeout",
-        "ConnectError",
-        "ConnectionError",
-        "APIConnectionError",
-        "APITimeoutError",
-        "RemoteProtocolError",
-        "ReadError",
-        "WriteError",
-    )
-    return TransientInfo(any(n in name for n in transient_names))
 
 
 #: The most attempts a :class:`RetryPolicy` may make, and the longest one wait (1 hour).
@@ -176,51 +108,61 @@ class RetryPolicy:
 
 OnRetry = Callable[[int, BaseException, float], None]
 Classifier = Callable[[BaseException], TransientInfo]
+WallLeft = Callable[[], float | None]
 
 
-def _retrying_kwargs(
-    policy: RetryPolicy,
-    *,
-    wall_left: Callable[[], float | None],
-    on_retry: OnRetry | None,
-    classifier: Classifier,
-    rng: random.Random,
-) -> dict[str, Any]:
-    def wait(rs: tenacity.RetryCallState) -> float:
-        exc = rs.outcome.exception() if rs.outcome else None
-        info = classifier(exc) if exc is not None else TransientInfo(False)
-        return policy.delay(rs.attempt_number, info, rng)
+def _no_wall_limit() -> float | None:
+    return None
 
-    def stop(rs: tenacity.RetryCallState) -> bool:
-        if rs.attempt_number >= policy.max_attempts:
-            return True
-        left = wall_left()
-        # tenacity computes the wait before asking stop: never sleep past the wall budget
-        return left is not None and rs.upcoming_sleep >= left
 
-    def before_sleep(rs: tenacity.RetryCallState) -> None:
-        if on_retry is not None and rs.outcome is not None:
-            exc = rs.outcome.exception()
-            if exc is not None:
-                on_retry(rs.attempt_number, exc, rs.upcoming_sleep)
+class RetryState:
+    """The retry decisions of one call: after each failure, wait how long, or give up.
 
-    def should_retry(exc: BaseException) -> bool:
-        return classifier(exc).transient
+    I/O-free: it reads the wall budget left through ``wall_left`` and draws jitter from
+    ``rng``, but never sleeps, calls or reports; the drivers do.
 
-    return {
-        "stop": stop,
-        "wait": wait,
-        "retry": tenacity.retry_if_exception(should_retry),
-        "before_sleep": before_sleep,
-        "reraise": True,
-    }
+    Attributes:
+        attempt: attempts made and failed so far.
+    """
+
+    __slots__ = ("_classifier", "_policy", "_rng", "_wall_left", "attempt")
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        classifier: Classifier = classify_exception,
+        wall_left: WallLeft = _no_wall_limit,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._policy = policy
+        self._classifier = classifier
+        self._wall_left = wall_left
+        self._rng = rng
+        self.attempt = 0
+
+    def after_failure(self, exc: BaseException) -> float | None:
+        """The attempt just made failed with ``exc``: seconds to wait before the next one,
+        or ``None`` to give up (a permanent error, the last attempt, or a wait that would
+        pass the wall budget left)."""
+        self.attempt += 1
+        if self.attempt >= self._policy.max_attempts:
+            return None
+        info = self._classifier(exc)
+        if not info.transient:
+            return None
+        if self._rng is None:
+            self._rng = random.Random()
+        delay = self._policy.delay(self.attempt, info, self._rng)
+        left = self._wall_left()
+        return None if left is not None and delay >= left else delay
 
 
 def call_with_retry(
     fn: Callable[[], T],
     policy: RetryPolicy,
     *,
-    wall_left: Callable[[], float | None] = lambda: None,
+    wall_left: WallLeft = _no_wall_limit,
     on_retry: OnRetry | None = None,
     classifier: Classifier = classify_exception,
     sleep: Callable[[float], None] = time.sleep,
@@ -230,73 +172,55 @@ def call_with_retry(
     """Call ``fn`` and retry transient failures; the last exception propagates.
 
     ``first_failure``: the caller already made attempt 1 and it raised this.
+    ``on_retry(attempt, exc, delay)`` runs before each wait; what it raises propagates.
     """
-    # fast path: a call that succeeds (or fails for good) never builds the retry machinery
-    if first_failure is None:
+    failure = first_failure
+    if failure is None:
+        try:
+            return fn()  # the common case: no retry state is built
+        except Exception as exc:
+            failure = exc
+    state = RetryState(policy, classifier=classifier, wall_left=wall_left, rng=rng)
+    while True:
+        delay = state.after_failure(failure)
+        if delay is None:
+            raise failure
+        if on_retry is not None:
+            on_retry(state.attempt, failure, delay)
+        sleep(delay)
         try:
             return fn()
         except Exception as exc:
-            first_failure = exc
-    if policy.max_attempts == 1 or not classifier(first_failure).transient:
-        raise first_failure
-    first: BaseException | None = first_failure
-
-    def attempt() -> T:
-        nonlocal first
-        if first is not None:  # attempt 1 is the failure above, so counts stay exact
-            failed, first = first, None
-            raise failed
-        return fn()
-
-    kwargs = _retrying_kwargs(
-        policy,
-        wall_left=wall_left,
-        on_retry=on_retry,
-        classifier=classifier,
-        rng=rng or random.Random(),
-    )
-    retrying = tenacity.Retrying(sleep=sleep, **kwargs)
-    return retrying(attempt)
+            failure = exc
 
 
 async def acall_with_retry(
     fn: Callable[[], Awaitable[T]],
     policy: RetryPolicy,
     *,
-    wall_left: Callable[[], float | None] = lambda: None,
+    wall_left: WallLeft = _no_wall_limit,
     on_retry: OnRetry | None = None,
     classifier: Classifier = classify_exception,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rng: random.Random | None = None,
     first_failure: Exception | None = None,
 ) -> T:
-    """Async twin of :func:`call_with_retry` over the same decision code."""
-    if first_failure is None:
+    """Async twin of :func:`call_with_retry`: the same :class:`RetryState`, awaited."""
+    failure = first_failure
+    if failure is None:
         try:
             return await fn()
         except Exception as exc:
-            first_failure = exc
-    if policy.max_attempts == 1 or not classifier(first_failure).transient:
-        raise first_failure
-    first: BaseException | None = first_failure
-
-    kwargs = _retrying_kwargs(
-        policy,
-        wall_left=wall_left,
-        on_retry=on_retry,
-        classifier=classifier,
-        rng=rng or random.Random(),
-    )
-    retrying = tenacity.AsyncRetrying(sleep=sleep, **kwargs)
-
-    # tenacity awaits only what it recognises as a coroutine function; a lambda or
-    # bound method returning an awaitable would come back un-awaited (and unretried)
-    async def attempt() -> T:
-        nonlocal first
-        if first is not None:
-            failed, first = first, None
-            raise failed
-        return await fn()
-
-    result: T = await retrying(attempt)
-    return result
+            failure = exc
+    state = RetryState(policy, classifier=classifier, wall_left=wall_left, rng=rng)
+    while True:
+        delay = state.after_failure(failure)
+        if delay is None:
+            raise failure
+        if on_retry is not None:
+            on_retry(state.attempt, failure, delay)
+        await sleep(delay)
+        try:
+            return await fn()
+        except Exception as exc:
+            failure = exc

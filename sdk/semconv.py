@@ -1,28 +1,50 @@
-"""Attribute, span and event names: the GenAI conventions and budgetmix's own namespace.
+"""Attribute, event and metric names: the GenAI conventions and budgetmix's own namespace.
 
-The OpenTelemetry semantic-conventions package marks its ``GEN_AI_*``
-constants deprecated (moved), so the strings are defined here. Budget state
-never uses the ``gen_ai.`` prefix (there is no convention for it).
+Every ``budgetmix.*`` name an episode, a wrapper or a transport writes is defined
+here, and nowhere else. The OpenTelemetry semantic-conventions package marks its
+``GEN_AI_*`` constants deprecated (moved), so those strings are defined here too.
+Budget state never uses the ``gen_ai.`` prefix (there is no convention for it).
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "BM_ACCOUNTING_PREFIX",
+    "BM_ACCOUNTING_COUNT_FAILED_REQUESTS",
+    "BM_ACCOUNTING_COUNT_FAILED_TOOL_CALLS",
+    "BM_ACCOUNTING_COUNT_RETRIES",
+    "BM_ACCOUNTING_POLICY",
+    "BM_ACCOUNTING_REFUNDED_TOOLS",
+    "BM_ACCOUNTING_TURN_UNIT",
     "BM_EPISODE_ID",
+    "BM_EVENT_EARLY_STOP",
     "BM_EVENT_EXHAUSTED",
     "BM_EVENT_EXTENDED",
     "BM_EVENT_GRACE",
     "BM_EVENT_MISTAKE",
     "BM_EVENT_RECOVERY",
+    "BM_EVENT_RESPONSE_TRUNCATED",
     "BM_EVENT_RETRY",
+    "BM_EVENT_USAGE_MISSING",
     "BM_EVENT_WARNING",
+    "BM_GRACE_TURN",
+    "BM_METRIC_EPISODE_TURNS",
+    "BM_METRIC_EXHAUSTIONS",
+    "BM_METRIC_MISTAKES",
+    "BM_METRIC_RECOVERIES",
     "BM_MISTAKES",
+    "BM_MISTAKE_ID",
+    "BM_MISTAKE_KIND",
     "BM_NOTICE_FORMAT",
     "BM_RECOVERIES",
+    "BM_RECOVERY_ID",
+    "BM_RECOVERY_RECOVERED",
+    "BM_RECOVERY_TURNS",
+    "BM_RETRY_ATTEMPT",
+    "BM_RETRY_DELAY_S",
     "BM_STATUS",
     "BM_STOP_REASON",
     "BM_TURN",
+    "BM_WIRE",
     "ERROR_TYPE",
     "GEN_AI_AGENT_ID",
     "GEN_AI_AGENT_NAME",
@@ -43,6 +65,7 @@ __all__ = [
     "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "bm_detail",
     "bm_limit",
     "bm_remaining",
     "bm_used",
@@ -77,7 +100,23 @@ BM_MISTAKES = "budgetmix.mistakes"
 BM_RECOVERIES = "budgetmix.recoveries"
 BM_TURN = "budgetmix.turn"
 BM_NOTICE_FORMAT = "budgetmix.notice.format"
-BM_ACCOUNTING_PREFIX = "budgetmix.accounting."
+BM_GRACE_TURN = "budgetmix.grace_turn"
+BM_WIRE = "budgetmix.wire"
+BM_ACCOUNTING_POLICY = "budgetmix.accounting.policy"
+BM_ACCOUNTING_TURN_UNIT = "budgetmix.accounting.turn_unit"
+BM_ACCOUNTING_COUNT_RETRIES = "budgetmix.accounting.count_retries"
+BM_ACCOUNTING_COUNT_FAILED_REQUESTS = "budgetmix.accounting.count_failed_requests"
+BM_ACCOUNTING_COUNT_FAILED_TOOL_CALLS = "budgetmix.accounting.count_failed_tool_calls"
+BM_ACCOUNTING_REFUNDED_TOOLS = "budgetmix.accounting.refunded_tools"
+
+# attributes of the budgetmix.mistake, budgetmix.recovery and budgetmix.retry events
+BM_MISTAKE_ID = "budgetmix.mistake.id"
+BM_MISTAKE_KIND = "budgetmix.mistake.kind"
+BM_RECOVERY_ID = "budgetmix.recovery.id"
+BM_RECOVERY_RECOVERED = "budgetmix.recovery.recovered"
+BM_RECOVERY_TURNS = "budgetmix.recovery.turns"
+BM_RETRY_ATTEMPT = "budgetmix.retry.attempt"
+BM_RETRY_DELAY_S = "budgetmix.retry.delay_s"
 
 BM_EVENT_MISTAKE = "budgetmix.mistake"
 BM_EVENT_RECOVERY = "budgetmix.recovery"
@@ -86,15 +125,32 @@ BM_EVENT_EXTENDED = "budgetmix.budget.extended"
 BM_EVENT_EXHAUSTED = "budgetmix.budget.exhausted"
 BM_EVENT_GRACE = "budgetmix.budget.grace_turn"
 BM_EVENT_RETRY = "budgetmix.retry"
+BM_EVENT_EARLY_STOP = "budgetmix.early_stop"
+# on a turn's span, from the wrappers and the transport
+BM_EVENT_USAGE_MISSING = "budgetmix.usage_missing"
+BM_EVENT_RESPONSE_TRUNCATED = "budgetmix.response_truncated"
+
+BM_METRIC_EPISODE_TURNS = "budgetmix.episode.turns"
+BM_METRIC_EXHAUSTIONS = "budgetmix.exhaustions"
+BM_METRIC_MISTAKES = "budgetmix.mistakes"
+BM_METRIC_RECOVERIES = "budgetmix.recoveries"
 
 
 def bm_limit(dimension: str) -> str:
+    """The limit of ``dimension`` (``budgetmix.budget.turns.limit``)."""
     return f"budgetmix.budget.{dimension}.limit"
 
 
 def bm_used(dimension: str) -> str:
+    """What ``dimension`` used (``budgetmix.budget.turns.used``)."""
     return f"budgetmix.budget.{dimension}.used"
 
 
 def bm_remaining(dimension: str) -> str:
+    """What is left of ``dimension`` (``budgetmix.budget.turns.remaining``)."""
     return f"budgetmix.budget.{dimension}.remaining"
+
+
+def bm_detail(key: str) -> str:
+    """A budget event's detail ``key`` (``budgetmix.dimension``, ``budgetmix.added_turns``)."""
+    return f"budgetmix.{key}"

@@ -3,48 +3,84 @@
 A :class:`Turn` is one model call (charged before the request is sent); a
 :class:`ToolCall` is one call of a tool inside a pre-checked batch. Both are
 context managers that end their span and record their outcome.
+
+Each talks to the episode that opened it through a small owner protocol
+(:class:`TurnOwner`, :class:`ToolOwner`), never through its private parts; what
+they write on their spans is :mod:`budgetmix.instrumentation`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from budgetmix import semconv as sc
 from budgetmix._validate import check_int
 from budgetmix.events import MistakeKind, exception_text, mistake_kind
-from budgetmix.exceptions import BudgetExhausted, ConfigError, ProviderError
+from budgetmix.exceptions import BudgetExhausted, BudgetmixError, ConfigError
+from budgetmix.instrumentation import add_span_event, set_content, set_error, set_usage
+from budgetmix.ledger import Ledger
 from budgetmix.notice import (
     with_notice_anthropic,
     with_notice_openai_chat,
     with_notice_openai_responses,
 )
-from budgetmix.retry import acall_with_retry, call_with_retry, classify_exception
-from budgetmix.spans import set_error
+from budgetmix.provider_errors import map_provider_error, nothing_sent
+from budgetmix.retry import acall_with_retry, call_with_retry
 from opentelemetry.trace import Span
 
 if TYPE_CHECKING:
-    from budgetmix.episode import Episode
+    from budgetmix.controller import BudgetController
 
-__all__ = ["ToolCall", "Turn"]
+__all__ = ["ToolCall", "ToolOwner", "Turn", "TurnOwner"]
 
 T = TypeVar("T")
 
 
-def _set_content(span: Span, key: str, value: Any) -> None:
-    """Opt-in content goes on the span with credentials masked (never a secret in a trace).
+class TurnOwner(Protocol):
+    """What a :class:`Turn` asks of the episode that opened it."""
 
-    The text comes from :func:`~budgetmix.redaction.redact_content`, which masks before
-    encoding and never raises: whatever a tool returns, capturing it cannot change
-    the episode's outcome."""
-    from budgetmix.redaction import redact_content
+    @property
+    def controller(self) -> BudgetController: ...
 
-    span.set_attribute(key, redact_content(value))
+    @property
+    def ledger(self) -> Ledger: ...
+
+    def charge_resend(self) -> None:
+        """Charge a turn again before a refunded request is resent.
+
+        Raises:
+            BudgetExhausted: a limit refuses it (extensions were asked).
+        """
+
+    def turn_failed(self, detail: str, *, sent: bool, charged: bool) -> bool:
+        """A request failed for good (``sent``: it left; ``charged``: the turn holds a
+        charge): record it; ``True`` when the charge was given back."""
+
+    def turn_retrying(self, span: Span, attempt: int, exc: BaseException, delay: float) -> None:
+        """Attempt ``attempt`` failed with ``exc``; the next comes after ``delay`` s.
+
+        Raises:
+            BudgetExhausted: retries count as turns and a limit refuses this one.
+        """
+
+
+class ToolOwner(Protocol):
+    """What a :class:`ToolCall` asks of the episode that charged it."""
+
+    @property
+    def controller(self) -> BudgetController: ...
+
+    def tool_finished(self, call: ToolCall, mistake: MistakeKind | None, detail: str) -> None:
+        """``call`` ended: a success (``mistake`` is ``None``) or a mistake of that kind."""
 
 
 class Turn:
     """One charged model turn. ``notice`` is the text to inject (``None`` when the
-    notice policy is silent this turn); ``grace`` marks the tool-less wrap-up turn."""
+    notice policy is silent this turn); ``grace`` marks the tool-less wrap-up turn;
+    ``episode`` is the episode that opened it."""
 
     __slots__ = (
         "_charged",
@@ -60,7 +96,7 @@ class Turn:
 
     def __init__(
         self,
-        episode: Episode,
+        episode: TurnOwner,
         number: int,
         model: str | None,
         notice: str | None,
@@ -86,11 +122,13 @@ class Turn:
         return with_notice_openai_chat(messages, self.notice) if self.notice else list(messages)
 
     def openai_responses(self, input_items: str | Sequence[Any]) -> list[Any] | str:
+        """``input_items`` (a string or items) with the notice appended (if any)."""
         if not self.notice:
             return input_items if isinstance(input_items, str) else list(input_items)
         return with_notice_openai_responses(input_items, self.notice)
 
     def anthropic(self, messages: Sequence[Any]) -> list[Any]:
+        """``messages`` with the notice in the last user turn (if any)."""
         return with_notice_anthropic(messages, self.notice) if self.notice else list(messages)
 
     # -- recording ---------------------------------------------------------------
@@ -124,18 +162,16 @@ class Turn:
         self.episode.ledger.add_usage(
             input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
         )
-        span = self._span
-        if self._recording and span.is_recording():
-            span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
-            span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
-            if cache_read_tokens:
-                span.set_attribute(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cache_read_tokens)
-            if cache_write_tokens:
-                span.set_attribute(sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_write_tokens)
-            if response_model:
-                span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response_model)
-            if finish_reasons:
-                span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, list(finish_reasons))
+        if self._recording and self._span.is_recording():
+            set_usage(
+                self._span,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+                response_model=response_model,
+                finish_reasons=finish_reasons,
+            )
 
     def record_content(self, *, input_messages: Any = None, output_messages: Any = None) -> None:
         """Attach message content to the span, only when content capture is enabled."""
@@ -144,28 +180,32 @@ class Turn:
         if not (self._recording and capture and span.is_recording()):
             return
         if input_messages is not None:
-            _set_content(span, sc.GEN_AI_INPUT_MESSAGES, input_messages)
+            set_content(span, sc.GEN_AI_INPUT_MESSAGES, input_messages)
         if output_messages is not None:
-            _set_content(span, sc.GEN_AI_OUTPUT_MESSAGES, output_messages)
+            set_content(span, sc.GEN_AI_OUTPUT_MESSAGES, output_messages)
 
     def add_event(
         self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None
     ) -> None:
         """Attach an event to the turn's span (e.g. ``budgetmix.usage_missing``)."""
         if self._recording and not self._ended and self._span.is_recording():
-            self._span.add_event(name, dict(attributes or {}))
+            add_span_event(self._span, name, attributes)
 
-    def failed(self, exc: BaseException) -> ProviderError:
-        """Record a provider failure (after retries) and return the error to raise."""
-        info = classify_exception(exc)
-        self.episode._provider_failure(self, exc)
-        if isinstance(exc, ProviderError):
-            return exc
-        return ProviderError(
-            f"{type(exc).__name__}: provider call failed",
-            status_code=info.status_code,
-            retryable=info.transient,
-        )
+    def failed(self, exc: BaseException) -> BudgetmixError:
+        """Record a provider call's final failure (after retries); the error to raise.
+
+        The error is :func:`~budgetmix.provider_errors.map_provider_error`'s, the one
+        boundary: a :class:`~budgetmix.ProviderError` (a
+        :class:`~budgetmix.ResponseFormatError` for a body that could not be read),
+        recorded as a ``provider_error`` mistake; or a :class:`~budgetmix.ConfigError`
+        when the request could not be encoded, so nothing was sent: no mistake. Either
+        way the turn gives its charge back unless the accounting counts failed requests
+        (nothing sent is never charged)."""
+        error = map_provider_error(exc)
+        sent = not nothing_sent(error)
+        if self.episode.turn_failed(type(exc).__name__, sent=sent, charged=self._charged):
+            self._charged = False
+        return error
 
     def end(self) -> None:
         """End the turn's span (idempotent)."""
@@ -177,26 +217,21 @@ class Turn:
     # -- calling with retries --------------------------------------------------------
     def call(self, fn: Callable[[], T], *, sleep: Callable[[float], None] | None = None) -> T:
         """Call ``fn`` with the controller's retry policy; a final failure is recorded
-        as a ``provider_error`` mistake and raised as :class:`ProviderError`.
+        (see :meth:`failed`) and raised as the budgetmix error it maps to, ``from`` the
+        provider's exception.
 
         Calling again after such a failure charges the turn again first (the failed
         request gave its turn back), so it may raise :class:`BudgetExhausted`."""
-        ep = self.episode
-        ep._charge_again(self)
-        try:
-            return fn()  # the common case: the retry machinery is never built
-        except Exception as exc:
-            first = exc
-        kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
+        self._charge_for_send()
+        c = self.episode.controller
         try:
             return call_with_retry(
                 fn,
-                ep.controller.retry,
-                wall_left=ep._wall_left,
-                on_retry=self._on_retry,
-                classifier=ep.controller.classifier,
-                first_failure=first,
-                **kwargs,
+                c.retry,
+                wall_left=self.episode.ledger.wall_left,
+                on_retry=self._retrying,
+                classifier=c.classifier,
+                sleep=sleep or time.sleep,
             )
         except BudgetExhausted:
             raise
@@ -210,30 +245,30 @@ class Turn:
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> T:
         """Async twin of :meth:`call`."""
-        ep = self.episode
-        ep._charge_again(self)
-        try:
-            return await fn()
-        except Exception as exc:
-            first = exc
-        kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
+        self._charge_for_send()
+        c = self.episode.controller
         try:
             return await acall_with_retry(
                 fn,
-                ep.controller.retry,
-                wall_left=ep._wall_left,
-                on_retry=self._on_retry,
-                classifier=ep.controller.classifier,
-                first_failure=first,
-                **kwargs,
+                c.retry,
+                wall_left=self.episode.ledger.wall_left,
+                on_retry=self._retrying,
+                classifier=c.classifier,
+                sleep=sleep or asyncio.sleep,
             )
         except BudgetExhausted:
             raise
         except Exception as exc:
             raise self.failed(exc) from exc
 
-    def _on_retry(self, attempt: int, exc: BaseException, delay: float) -> None:
-        self.episode._on_retry(self, attempt, exc, delay)
+    def _charge_for_send(self) -> None:
+        # a request refunded after its failure is charged again before it is resent
+        if not self._charged and not self.grace:
+            self.episode.charge_resend()
+            self._charged = True
+
+    def _retrying(self, attempt: int, exc: BaseException, delay: float) -> None:
+        self.episode.turn_retrying(self._span, attempt, exc, delay)
 
     def __enter__(self) -> Turn:
         return self
@@ -245,12 +280,13 @@ class Turn:
 
 
 class ToolCall:
-    """One tool call of a pre-checked batch; records success or failure and its span."""
+    """One tool call of a pre-checked batch; records success or failure and its span.
+    ``episode`` is the episode that charged it."""
 
     __slots__ = ("_span", "call_id", "episode", "error", "name", "ok", "result", "turn")
 
     def __init__(
-        self, episode: Episode, name: str, call_id: str | None, turn: int, span: Span
+        self, episode: ToolOwner, name: str, call_id: str | None, turn: int, span: Span
     ) -> None:
         self.episode = episode
         self.name = name
@@ -264,18 +300,18 @@ class ToolCall:
     def record_arguments(self, arguments: Any) -> None:
         """Attach the call's arguments to its span, only when content capture is enabled."""
         if self.episode.controller.capture_content and self._span.is_recording():
-            _set_content(self._span, sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
+            set_content(self._span, sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
 
     def succeed(self, result: Any = None) -> None:
         """Mark the call successful (a recovery if mistakes were pending)."""
         if self.ok is not None:
             return
         self.ok, self.result = True, result
-        ep = self.episode
-        if ep.controller.capture_content and self._span.is_recording() and result is not None:
-            _set_content(self._span, sc.GEN_AI_TOOL_CALL_RESULT, result)
-        ep._tool_finished(self, mistake=None, detail="")
-        self._span.end()
+        span = self._span
+        if result is not None and self.episode.controller.capture_content and span.is_recording():
+            set_content(span, sc.GEN_AI_TOOL_CALL_RESULT, result)
+        self.episode.tool_finished(self, None, "")
+        span.end()
 
     def fail(self, detail: str = "", kind: MistakeKind | str = MistakeKind.TOOL_ERROR) -> None:
         """Mark the call failed with a mistake of ``kind`` (default ``tool_error``).
@@ -292,7 +328,7 @@ class ToolCall:
         self.ok, self.error = False, detail
         if self._span.is_recording():
             set_error(self._span, str(mistake))
-        self.episode._tool_finished(self, mistake=mistake, detail=detail)
+        self.episode.tool_finished(self, mistake, detail)
         self._span.end()
 
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -303,6 +339,7 @@ class ToolCall:
             return result
 
     async def arun(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        """Async twin of :meth:`run`."""
         with self:
             result = await fn(*args, **kwargs)
             self.succeed(result)

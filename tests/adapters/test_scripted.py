@@ -28,7 +28,7 @@ from budgetmix.adapters import (
     tool_calls,
 )
 from budgetmix.exceptions import ConfigError
-from budgetmix.retry import classify_exception
+from budgetmix.provider_errors import classify_exception
 
 HELLO = [ChatMessage(role="user", content="hello")]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import budgetmix
@@ -70,8 +71,8 @@ def test_round_trip_and_helpers() -> None:
     assert Budget.from_dict(b.to_dict()) == b
     assert b.to_dict() == {"turns": 4, "tool_calls": 9, "cost_usd": 1.5, "wall_seconds": 30}
     assert list(b.limits()) == list(DIMENSIONS)
-    assert b.with_turns(7).turns == 7 and b.with_turns(7).tool_calls == 9
+    assert replace(b, turns=7).turns == 7 and replace(b, turns=7).tool_calls == 9
     with pytest.raises(ConfigError, match=r"Budget\.turns"):
-        b.with_turns(0)
+        replace(b, turns=0)
     with pytest.raises(AttributeError):
         b.turns = 3  # type: ignore[misc]

@@ -23,7 +23,7 @@ from budgetmix import (
 )
 from budgetmix.budget import MAX_COST_USD, MAX_COUNT, MAX_WALL_SECONDS
 from budgetmix.policies import OnDemandExtension
-from budgetmix.retry import TransientInfo
+from budgetmix.provider_errors import TransientInfo
 
 COUNT_FIELDS = ("turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens")
 HUGE = (10**400, MAX_COUNT + 1, 10**5000)  # 10**5000 has no decimal str() under 3.11+'s limit

@@ -36,7 +36,7 @@ from budgetmix import (
     RetryPolicy,
 )
 from budgetmix.budget import MAX_COST_USD, MAX_COUNT, MAX_WALL_SECONDS
-from budgetmix.retry import TransientInfo
+from budgetmix.provider_errors import TransientInfo
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

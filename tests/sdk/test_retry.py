@@ -15,7 +15,8 @@ from budgetmix import (
     RetryPolicy,
     classify_exception,
 )
-from budgetmix.retry import TransientInfo, call_with_retry
+from budgetmix.provider_errors import TransientInfo
+from budgetmix.retry import call_with_retry
 
 
 class FakeResponse:

@@ -1,0 +1,157 @@
+"""An episode's decisions as an I/O-free state machine.
+
+:class:`EpisodeMachine` holds what decides an episode's course (its status, the
+dimension that refused, an early stop, whether the grace turn was taken, whether
+the warning was given) and answers what to do next, as tenacity's ``iter`` returns
+actions: it never charges, traces, calls a hook or a policy.
+:class:`~budgetmix.episode.Episode` asks it, then does the I/O (ledger charges,
+policies, and the spans, metrics and hooks of :mod:`budgetmix.instrumentation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from budgetmix.events import EpisodeStatus, exception_text
+from budgetmix.exceptions import BudgetExhausted, EarlyStopped
+from budgetmix.ledger import LedgerState
+from budgetmix.policy import ExhaustionMode
+
+__all__ = ["Closing", "EpisodeMachine", "TurnAction"]
+
+
+class TurnAction(Enum):
+    """What a request for the next turn leads to."""
+
+    FINISHED = "finished"  # the episode already ended: asking is an error
+    CHARGE = "charge"  # charge a turn (extensions asked on a refusal), then open it
+    GRACE = "grace"  # open the one tool-less wrap-up turn, charged nowhere
+    STOP = "stop"  # refuse: an early stop or a refusing limit ended the loop
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """How an episode ends: its status and stop reason, the error text of an exception,
+    and whether ``__exit__`` swallows that exception."""
+
+    status: EpisodeStatus
+    stop_reason: str | None = None
+    error: str | None = None
+    suppress: bool = False
+
+
+class EpisodeMachine:
+    """The decisions of one episode; every method is pure bookkeeping.
+
+    Attributes:
+        mode: the controller's exhaustion mode (``"end"``, ``"raise"``, ``"grace"``).
+        status: the terminal status once decided (``None`` while running).
+        exhausted: the first dimension that refused a charge (cleared by a grant that
+            unblocks it).
+        early_stop: the reason an early-stop policy gave, if any.
+        grace_used: whether the grace turn was opened.
+        warned: whether the budget warning was given.
+    """
+
+    __slots__ = ("early_stop", "exhausted", "grace_used", "mode", "status", "warned")
+
+    def __init__(self, mode: ExhaustionMode) -> None:
+        self.mode = mode
+        self.status: EpisodeStatus | None = None
+        self.exhausted: str | None = None
+        self.early_stop: str | None = None
+        self.grace_used = False
+        self.warned = False
+
+    # -- turns -------------------------------------------------------------------------
+    def next_turn(self) -> TurnAction:
+        """What asking for a turn does now, before anything is charged."""
+        if self.status is not None:
+            return TurnAction.FINISHED
+        if self.early_stop is not None:
+            return TurnAction.STOP
+        if self.exhausted is not None:
+            return self._grace_or_stop()
+        return TurnAction.CHARGE
+
+    def refused(self, dimension: str) -> bool:
+        """A limit refused a charge (extensions asked already); ``True`` the first time,
+        when the exhaustion is to be reported."""
+        if self.exhausted is None:
+            self.exhausted = dimension
+            return True
+        return False
+
+    def after_refusal(self) -> TurnAction:
+        """What the refused turn becomes: the grace turn (taken now) or a stop."""
+        return self._grace_or_stop()
+
+    def _grace_or_stop(self) -> TurnAction:
+        if self.mode == "grace" and not self.grace_used and self.exhausted == "turns":
+            self.grace_used = True
+            return TurnAction.GRACE
+        return TurnAction.STOP
+
+    def stopped_by(self) -> tuple[bool, str]:
+        """Why the loop stopped: ``(True, reason)`` for an early stop, ``(False,
+        dimension)`` for a refusing limit (``"turns"`` when none is recorded)."""
+        if self.early_stop is not None:
+            return True, self.early_stop
+        return False, self.exhausted or "turns"
+
+    def should_warn(self, state: LedgerState, fraction: float) -> bool:
+        """Whether the budget warning is due now (given once)."""
+        if self.warned or fraction <= 0 or not state.in_last_share(fraction):
+            return False
+        self.warned = True
+        return True
+
+    # -- policies and grants -----------------------------------------------------------
+    def stopped_early(self, reason: str | None) -> bool:
+        """An early-stop policy answered ``reason``; ``True`` when it ends the episode now
+        (the first reason is kept)."""
+        if self.early_stop is not None or not reason:
+            return False
+        self.early_stop = reason
+        return True
+
+    def unblocked(self) -> None:
+        """A grant left no limit refusing: the episode may charge turns again."""
+        self.exhausted = None
+
+    # -- ending ------------------------------------------------------------------------
+    def finishing(self, success: bool) -> Closing:
+        """How :meth:`~budgetmix.episode.Episode.finish` ends the episode: a failure after
+        a refusal (or an early stop) keeps that cause."""
+        if success:
+            return Closing(EpisodeStatus.SUCCESS)
+        if self.exhausted is not None:
+            return Closing(EpisodeStatus.BUDGET_EXHAUSTED, self.exhausted)
+        if self.early_stop is not None:
+            return Closing(EpisodeStatus.EARLY_STOPPED, self.early_stop)
+        return Closing(EpisodeStatus.FAILED)
+
+    def exiting(self, exc: BaseException | None, episode_id: str) -> Closing | None:
+        """How leaving the ``with`` block ends the episode (``None``: it ended before and
+        a clean exit changes nothing). A budget stop of this episode is an outcome,
+        swallowed unless the mode is ``"raise"``; any other exception is an error."""
+        if exc is None:
+            return self.finishing(False) if self.status is None else None
+        swallow = self.mode != "raise"
+        if isinstance(exc, BudgetExhausted) and exc.episode_id in (episode_id, None):
+            return Closing(EpisodeStatus.BUDGET_EXHAUSTED, exc.dimension, suppress=swallow)
+        if isinstance(exc, EarlyStopped) and exc.episode_id in (episode_id, None):
+            return Closing(EpisodeStatus.EARLY_STOPPED, exc.reason, suppress=swallow)
+        return Closing(EpisodeStatus.ERROR, error=exception_text(exc))
+
+    def close(self, closing: Closing) -> bool:
+        """Take ``closing``'s status; ``False`` when the episode had ended already."""
+        if self.status is not None:
+            return False
+        self.status = closing.status
+        return True
+
+    def raises_after_exit(self) -> bool:
+        """Whether a clean exit raises :class:`BudgetExhausted` (``exhaustion="raise"``)."""
+        return self.mode == "raise" and self.status is EpisodeStatus.BUDGET_EXHAUSTED

@@ -1,0 +1,359 @@
+"""The one writer of spans, metrics and hooks: the trace shape, apart from the decisions.
+
+:class:`~budgetmix.episode.Episode` (with :mod:`budgetmix.decisions`) decides when a
+turn, tool call, mistake, recovery or budget event happens; nothing but this module
+turns one into spans, attributes and events (GenAI semantic conventions plus the
+``budgetmix.*`` namespace, every name from :mod:`budgetmix.semconv`), into metric
+points, or into calls of the :class:`~budgetmix.Hooks`.
+
+* :class:`Instrumentation` - a controller's tracer, metric instruments and hooks;
+* :class:`EpisodeTrace` - one episode's writer: its span, its turns' and tool calls'
+  spans, its events, metrics and hook calls;
+* the ``set_*`` functions - what a :class:`~budgetmix.Turn` or
+  :class:`~budgetmix.ToolCall` writes on its own span.
+
+Writes happen only on spans that record, so a no-op tracer costs (almost) nothing
+here. ``tests/sdk/test_otel_shapes.py`` pins the shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from budgetmix import semconv as sc
+from budgetmix._version import __version__
+from budgetmix.budget import DIMENSIONS
+from budgetmix.events import EpisodeResult, EpisodeStatus, Mistake, Recovery
+from budgetmix.hooks import Hooks
+from budgetmix.ledger import LedgerState
+from opentelemetry import metrics, trace
+from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
+
+if TYPE_CHECKING:
+    from budgetmix.episode import Episode
+    from budgetmix.steps import ToolCall
+
+__all__ = [
+    "EpisodeTrace",
+    "Instrumentation",
+    "add_span_event",
+    "call_hooks",
+    "set_content",
+    "set_error",
+    "set_usage",
+    "tracer_is_no_op",
+]
+
+log = logging.getLogger("budgetmix")
+
+
+def tracer_is_no_op(tracer: trace.Tracer) -> bool:
+    """True when ``tracer`` can record no span: the API's no-op tracer, or the global
+    proxy while no SDK tracer provider is installed (ask again later: one may come)."""
+    if isinstance(tracer, trace.NoOpTracer):
+        return True
+    return isinstance(tracer, trace.ProxyTracer) and isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider
+    )
+
+
+def call_hooks(
+    hooks: Sequence[Hooks], method: str, episode: Episode, errors: list[str], *args: Any
+) -> None:
+    """Run ``method`` on every hook; an exception is logged and appended to ``errors``,
+    never raised (a hook cannot corrupt the ledger or the episode's outcome)."""
+    for hook in hooks:
+        try:
+            getattr(hook, method)(episode, *args)
+        except Exception as exc:
+            log.warning(
+                "budgetmix hook %s.%s raised %s", type(hook).__name__, method, type(exc).__name__
+            )
+            errors.append(f"{type(hook).__name__}.{method}: {type(exc).__name__}")
+
+
+class Instrumentation:
+    """A controller's tracer, metric instruments and hooks (shared by its episodes)."""
+
+    __slots__ = ("hooks", "m_exhaustions", "m_mistakes", "m_recoveries", "m_turns", "tracer")
+
+    def __init__(
+        self,
+        hooks: tuple[Hooks, ...],
+        *,
+        tracer_provider: trace.TracerProvider | None,
+        meter_provider: metrics.MeterProvider | None,
+    ) -> None:
+        self.hooks = hooks
+        self.tracer = trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("budgetmix", __version__, meter_provider=meter_provider)
+        self.m_turns = meter.create_histogram(
+            sc.BM_METRIC_EPISODE_TURNS, unit="{turn}", description="Turns used per episode"
+        )
+        self.m_exhaustions = meter.create_counter(sc.BM_METRIC_EXHAUSTIONS, unit="{episode}")
+        self.m_mistakes = meter.create_counter(sc.BM_METRIC_MISTAKES, unit="{mistake}")
+        self.m_recoveries = meter.create_counter(sc.BM_METRIC_RECOVERIES, unit="{recovery}")
+
+    def episode_trace(self, episode: Episode, hook_errors: list[str]) -> EpisodeTrace:
+        """The writer of ``episode`` (hooks that raise are listed in ``hook_errors``)."""
+        return EpisodeTrace(self, episode, hook_errors)
+
+
+class EpisodeTrace:
+    """One episode's spans, metric points and hook calls."""
+
+    __slots__ = ("_episode", "_errors", "_hooks", "_inst", "_no_op", "span")
+
+    def __init__(self, inst: Instrumentation, episode: Episode, hook_errors: list[str]) -> None:
+        self._inst = inst
+        self._episode = episode
+        self._hooks = inst.hooks
+        self._errors = hook_errors
+        self._no_op: bool | None = None  # decided once per episode, when first asked
+        self.span: trace.Span = trace.INVALID_SPAN
+
+    def _call(self, method: str, *args: Any) -> None:
+        if self._hooks:
+            call_hooks(self._hooks, method, self._episode, self._errors, *args)
+
+    # -- spans -------------------------------------------------------------------------
+    def start(self, parent: EpisodeTrace | None) -> None:
+        """Open the ``invoke_agent {name}`` span (a child of ``parent``'s, if given)."""
+        ep = self._episode
+        c = ep.controller
+        ctx = trace.set_span_in_context(parent.span) if parent is not None else None
+        span = self._inst.tracer.start_span(
+            f"invoke_agent {ep.name}", context=ctx, kind=SpanKind.INTERNAL
+        )
+        if span.is_recording():
+            span.set_attribute(sc.GEN_AI_OPERATION_NAME, "invoke_agent")
+            span.set_attribute(sc.GEN_AI_AGENT_NAME, ep.name)
+            span.set_attribute(sc.GEN_AI_AGENT_ID, ep.id)
+            span.set_attribute(sc.BM_EPISODE_ID, ep.id)
+            span.set_attribute(sc.BM_NOTICE_FORMAT, c.notice.format)
+            if ep.conversation_id:
+                span.set_attribute(sc.GEN_AI_CONVERSATION_ID, ep.conversation_id)
+            if c.provider_name:
+                span.set_attribute(sc.GEN_AI_PROVIDER_NAME, c.provider_name)
+            for k, v in c.accounting.as_attributes().items():
+                span.set_attribute(k, v)
+            for dim, lim in ep.ledger.limits().items():
+                if lim is not None:
+                    span.set_attribute(sc.bm_limit(dim), lim)
+        self.span = span
+
+    def trace_id(self) -> str | None:
+        """The episode's trace id as 32 hex digits (``None`` when no span records)."""
+        ctx = self.span.get_span_context()
+        return format(ctx.trace_id, "032x") if ctx.is_valid else None
+
+    def _no_op_child(self, parent: trace.Span) -> trace.Span | None:
+        """What the OpenTelemetry no-op tracer returns for a child of ``parent`` (the
+        non-recording parent itself), without building the context and attributes it
+        would drop; ``None`` when a real tracer may record the child."""
+        if not isinstance(parent, NonRecordingSpan):
+            return None
+        if self._no_op is None:  # a provider installed mid-episode applies from the next
+            self._no_op = tracer_is_no_op(self._inst.tracer)
+        return parent if self._no_op else None
+
+    def turn_span(
+        self, number: int, model: str | None, *, grace: bool, turns_remaining: int
+    ) -> trace.Span:
+        """A turn's ``chat {model}`` client span; operation, provider and model go in at
+        span start, where samplers read them."""
+        no_op = self._no_op_child(self.span)
+        if no_op is not None:
+            return no_op
+        ep = self._episode
+        attrs: dict[str, str | int] = {sc.GEN_AI_OPERATION_NAME: "chat", sc.BM_TURN: number}
+        provider = ep.controller.provider_name
+        if provider:
+            attrs[sc.GEN_AI_PROVIDER_NAME] = provider
+        if ep.conversation_id:
+            attrs[sc.GEN_AI_CONVERSATION_ID] = ep.conversation_id
+        if model:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = model
+        span = self._inst.tracer.start_span(
+            f"chat {model}" if model else "chat",
+            context=trace.set_span_in_context(self.span),
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+        )
+        if span.is_recording():
+            span.set_attribute(sc.bm_remaining("turns"), turns_remaining)
+            if grace:
+                span.set_attribute(sc.BM_GRACE_TURN, True)
+        return span
+
+    def tool_spans(
+        self, parent: trace.Span | None, names: Sequence[str], call_ids: Sequence[str | None]
+    ) -> list[trace.Span]:
+        """One ``execute_tool {name}`` span per call of a batch, children of ``parent``
+        (the turn's span; the episode's when ``None``)."""
+        parent = self.span if parent is None else parent
+        no_op = self._no_op_child(parent)
+        if no_op is not None:
+            return [no_op] * len(names)
+        ctx = trace.set_span_in_context(parent)
+        spans = []
+        for name, cid in zip(names, call_ids, strict=True):
+            attrs: dict[str, str] = {
+                sc.GEN_AI_OPERATION_NAME: "execute_tool",
+                sc.GEN_AI_TOOL_NAME: name,
+                sc.GEN_AI_TOOL_TYPE: "function",
+            }
+            if cid:
+                attrs[sc.GEN_AI_TOOL_CALL_ID] = cid
+            spans.append(
+                self._inst.tracer.start_span(
+                    f"execute_tool {name}", context=ctx, kind=SpanKind.INTERNAL, attributes=attrs
+                )
+            )
+        return spans
+
+    # -- what happened -----------------------------------------------------------------
+    def turn_opened(self, number: int) -> None:
+        """A model turn was charged (``on_turn``)."""
+        self._call("on_turn", number)
+
+    def warning(self, state: LedgerState) -> None:
+        """The remaining turns fell to the warning share (``on_budget_warning``)."""
+        self._call("on_budget_warning", state)
+
+    def exhausted(self, dimension: str) -> None:
+        """A limit refused a turn or a tool batch, the first time in the episode: the
+        exhaustions metric and ``on_exhausted``."""
+        self._inst.m_exhaustions.add(1, {"dimension": dimension})
+        self._call("on_exhausted", dimension)
+
+    def budget_event(self, name: str, turn: int, detail: Mapping[str, Any]) -> None:
+        """A budget event (warning, exhausted, extended, grace turn, early stop) on the
+        episode span: ``budgetmix.turn`` and each detail as ``budgetmix.<key>``."""
+        if self.span.is_recording():
+            attrs = {sc.BM_TURN: turn, **{sc.bm_detail(k): v for k, v in detail.items()}}
+            self.span.add_event(name, attrs)
+
+    def mistake(self, span: trace.Span | None, mistake: Mistake) -> None:
+        """The ``budgetmix.mistake`` event (on ``span``, the episode's when ``None``),
+        its metric point and ``on_mistake``."""
+        span = self.span if span is None else span
+        if span.is_recording():
+            attrs: dict[str, str | int] = {
+                sc.BM_MISTAKE_ID: mistake.id,
+                sc.BM_MISTAKE_KIND: str(mistake.kind),
+                sc.BM_TURN: mistake.turn,
+            }
+            if mistake.tool:
+                attrs[sc.GEN_AI_TOOL_NAME] = mistake.tool
+            if mistake.call_id:
+                attrs[sc.GEN_AI_TOOL_CALL_ID] = mistake.call_id
+            span.add_event(sc.BM_EVENT_MISTAKE, attrs)
+        self._inst.m_mistakes.add(1, {"kind": str(mistake.kind)})
+        self._call("on_mistake", mistake)
+
+    def recovery(self, span: trace.Span | None, recovery: Recovery) -> None:
+        """The ``budgetmix.recovery`` event, its metric point and ``on_recovery``."""
+        span = self.span if span is None else span
+        if span.is_recording():
+            span.add_event(
+                sc.BM_EVENT_RECOVERY,
+                {
+                    sc.BM_RECOVERY_ID: recovery.id,
+                    sc.BM_RECOVERY_RECOVERED: list(recovery.recovered),
+                    sc.BM_RECOVERY_TURNS: recovery.turns_to_recover,
+                },
+            )
+        self._inst.m_recoveries.add(1)
+        self._call("on_recovery", recovery)
+
+    def retry(self, span: trace.Span, attempt: int, delay: float, exc: BaseException) -> None:
+        """The ``budgetmix.retry`` event: a failed attempt about to be retried after
+        ``delay`` seconds."""
+        if span.is_recording():
+            span.add_event(
+                sc.BM_EVENT_RETRY,
+                {
+                    sc.BM_RETRY_ATTEMPT: attempt,
+                    sc.BM_RETRY_DELAY_S: delay,
+                    sc.ERROR_TYPE: type(exc).__name__,
+                },
+            )
+
+    def tool_result(self, call: ToolCall) -> None:
+        """A tool call ended (``on_tool_result``)."""
+        self._call("on_tool_result", call)
+
+    def closed(self, result: EpisodeResult) -> None:
+        """The episode ended: the span's closing attributes (status, counts, and per
+        dimension the usage, limit and what was left; an error marks it failed with
+        ``error.type``), the span's end, the turns metric and ``on_finish``."""
+        span = self.span
+        if span.is_recording():
+            span.set_attribute(sc.BM_STATUS, str(result.status))
+            if result.stop_reason:
+                span.set_attribute(sc.BM_STOP_REASON, result.stop_reason)
+            span.set_attribute(sc.BM_MISTAKES, len(result.mistakes))
+            span.set_attribute(sc.BM_RECOVERIES, len(result.recoveries))
+            used, limits = result.used, result.limits
+            for dim in DIMENSIONS:
+                lim = limits[dim]
+                span.set_attribute(sc.bm_used(dim), used[dim])
+                if lim is not None:
+                    span.set_attribute(sc.bm_limit(dim), lim)
+                    span.set_attribute(sc.bm_remaining(dim), max(0.0, lim - used[dim]))
+            if result.status is EpisodeStatus.ERROR:
+                set_error(span, (result.error or "error").split(":")[0])
+        span.end()
+        self._inst.m_turns.record(result.used["turns"], {"status": str(result.status)})
+        self._call("on_finish", result)
+
+
+# -- what a turn or a tool call writes on its own span ----------------------------------
+def set_usage(
+    span: trace.Span,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_write_tokens: int,
+    response_model: str | None,
+    finish_reasons: Sequence[str] | None,
+) -> None:
+    """A response's usage on its turn's span."""
+    span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
+    span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
+    if cache_read_tokens:
+        span.set_attribute(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cache_read_tokens)
+    if cache_write_tokens:
+        span.set_attribute(sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_write_tokens)
+    if response_model:
+        span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response_model)
+    if finish_reasons:
+        span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, list(finish_reasons))
+
+
+def set_content(span: trace.Span, key: str, value: Any) -> None:
+    """Opt-in content on a span, with credentials masked (never a secret in a trace).
+
+    The text comes from :func:`~budgetmix.redaction.redact_content`, which masks before
+    encoding and never raises: whatever a tool returns, capturing it cannot change the
+    episode's outcome."""
+    from budgetmix.redaction import redact_content
+
+    span.set_attribute(key, redact_content(value))
+
+
+def add_span_event(
+    span: trace.Span, name: str, attributes: Mapping[str, str | int | float | bool] | None
+) -> None:
+    """An event a caller attaches to a turn (``budgetmix.usage_missing``)."""
+    span.add_event(name, dict(attributes or {}))
+
+
+def set_error(span: trace.Span, error_type: str) -> None:
+    """Mark ``span`` failed with ``error.type``."""
+    span.set_attribute(sc.ERROR_TYPE, error_type)
+    span.set_status(Status(StatusCode.ERROR))
