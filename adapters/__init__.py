@@ -2,8 +2,10 @@
 
 Importing this package stays light: provider SDKs, torch and transformers are
 imported only when an adapter that needs them is used. Provider adapters
-(``OpenAIChatModel``, ``AnthropicChatModel``, the HTTP transport, pricing) are
-loaded on first attribute access.
+(``budgeted``, ``OpenAIChatModel``, ``AnthropicChatModel``, the HTTP transport,
+pricing) are loaded on first attribute access. The test doubles live in
+:mod:`budgetmix.adapters.testing` (the scripted models and the network guard are
+exported here too).
 """
 
 import importlib
@@ -13,6 +15,7 @@ from budgetmix.adapters.base import (
     AsyncChatModel,
     ChatMessage,
     ChatModel,
+    ChatModelBase,
     ModelResponse,
     ToolCallRequest,
     ToolSpec,
@@ -46,6 +49,7 @@ __all__ = [
     "BudgetTransport",
     "ChatMessage",
     "ChatModel",
+    "ChatModelBase",
     "ChatModelEnvAgent",
     "FailingModel",
     "LocalChatModel",
@@ -66,6 +70,7 @@ __all__ = [
     "Usage",
     "arun_agent",
     "block_network",
+    "budgeted",
     "final_answer",
     "invalid_json_call",
     "parse_tool_calls",
@@ -83,12 +88,14 @@ _LAZY: dict[str, str] = {
     "AsyncBudgetTransport": "http",
     "BudgetTransport": "http",
     "ModelPrice": "pricing",
+    "budgeted": "clients",
     "OpenAIChatModel": "openai",
     "Pricing": "pricing",
 }
 
 if typing.TYPE_CHECKING:
     from budgetmix.adapters.anthropic import AnthropicChatModel
+    from budgetmix.adapters.clients import budgeted
     from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
     from budgetmix.adapters.openai import OpenAIChatModel
     from budgetmix.adapters.pricing import DEFAULT_PRICING, ModelPrice, Pricing

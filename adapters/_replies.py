@@ -1,12 +1,12 @@
-"""What the HTTP transport answers by itself, without the provider.
+"""What the HTTP transport raises by itself, without the provider.
 
-A refused turn in ``on_exhausted="respond"`` mode is answered with a synthetic final
-assistant message in the wire format asked for (:func:`terminal_body`); budgetmix's own
-errors (a refused turn, a refused request, an unreadable response) are raised as
-subclasses of the loaded SDKs' base error classes too (:func:`sdk_safe`), so the OpenAI
-and Anthropic clients raise them as they are instead of wrapping them in a connection
-error and retrying; an error status is raised as :class:`HTTPStatusFailure` so the
-retry policy can classify it.
+Budgetmix's own errors (a refused turn, a refused request, an unreadable response) are
+raised as subclasses of the loaded SDKs' base error classes too (:func:`sdk_safe`), so
+the OpenAI and Anthropic clients raise them as they are instead of wrapping them in a
+connection error and retrying; an error status is raised as :class:`HTTPStatusFailure`
+so the retry policy can classify it. (The final assistant message a refused turn is
+answered with in ``on_exhausted="respond"`` mode is written by the wire format's
+module: :func:`budgetmix.adapters._wire.terminal_body`.)
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from budgetmix.adapters._wire import WireKind
 from budgetmix.exceptions import (
     BudgetExhausted,
     BudgetmixError,
@@ -24,7 +23,7 @@ from budgetmix.exceptions import (
     ProviderError,
 )
 
-__all__ = ["HTTPStatusFailure", "refused", "sdk_safe", "terminal_body"]
+__all__ = ["HTTPStatusFailure", "refused", "sdk_safe"]
 
 
 _SAFE_CLASSES: dict[tuple[type[Exception], ...], type[Exception]] = {}
@@ -75,46 +74,3 @@ class HTTPStatusFailure(Exception):
         super().__init__(f"HTTP {response.status_code}")
         self.response = response
         self.status_code: int = response.status_code
-
-
-def terminal_body(kind: WireKind, model: str, text: str) -> dict[str, Any]:
-    if kind == "chat":
-        message = {"role": "assistant", "content": text}
-        return {
-            "id": "chatcmpl-budgetmix",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }
-    if kind == "responses":
-        part = {"type": "output_text", "text": text, "annotations": []}
-        item = {"type": "message", "id": "msg_budgetmix", "status": "completed"}
-        usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        return {
-            "id": "resp_budgetmix",
-            "object": "response",
-            "created_at": 0,
-            "status": "completed",
-            "model": model,
-            "output": [{**item, "role": "assistant", "content": [part]}],
-            "parallel_tool_calls": False,
-            "tool_choice": "none",
-            "tools": [],
-            "usage": {
-                **usage,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 0},
-            },
-        }
-    return {
-        "id": "msg_budgetmix",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 0, "output_tokens": 0},
-    }

@@ -12,7 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from budgetmix.adapters._wire import SEQUENCES, WireKind, WireToolCall, field, repr_bounded
+from budgetmix.adapters._wire import WireKind, declared_tool
+from budgetmix.adapters._wire.common import SEQUENCES, as_seq, repr_bounded
 from budgetmix.events import MistakeKind
 
 __all__ = ["tool_call_problem", "tool_schemas", "validate_json"]
@@ -25,15 +26,10 @@ def tool_schemas(kind: WireKind, tools: Any) -> dict[str, Mapping[str, Any]] | N
         return None
     out: dict[str, Mapping[str, Any]] = {}
     for tool in tools:
-        if kind == "chat":
-            fn = field(tool, "function")
-            name, params = field(fn, "name"), field(fn, "parameters", {})
-        elif kind == "responses":
-            if field(tool, "type") != "function":
-                return None
-            name, params = field(tool, "name"), field(tool, "parameters", {})
-        else:
-            name, params = field(tool, "name"), field(tool, "input_schema", {})
+        found = declared_tool(kind, tool)
+        if found is None:
+            return None
+        name, params = found
         if isinstance(name, str):
             out[name] = params if isinstance(params, Mapping) else {}
     return out
@@ -73,7 +69,7 @@ def validate_json(schema: Mapping[str, Any], value: Any, path: str = "$") -> str
     if not isinstance(schema, Mapping):
         return None
     types = schema.get("type")
-    names = [types] if isinstance(types, str) else [t for t in _seq(types) if isinstance(t, str)]
+    names = [types] if isinstance(types, str) else [t for t in as_seq(types) if isinstance(t, str)]
     if names and not any(_type_ok(value, t) for t in names):
         return f"{path}: expected {'/'.join(names)}, got {type(value).__name__}"
     enum = schema.get("enum")
@@ -82,10 +78,10 @@ def validate_json(schema: Mapping[str, Any], value: Any, path: str = "$") -> str
     if "const" in schema and value != schema["const"]:
         return f"{path}: expected {repr_bounded(schema['const'])}"
     for key in ("anyOf", "oneOf"):
-        options = _seq(schema.get(key))
+        options = as_seq(schema.get(key))
         if options and all(validate_json(s, value, path) is not None for s in options):
             return f"{path}: matches none of {key}"
-    for sub in _seq(schema.get("allOf")):
+    for sub in as_seq(schema.get("allOf")):
         err = validate_json(sub, value, path)
         if err:
             return err
@@ -104,7 +100,7 @@ def _validate_object(schema: Mapping[str, Any], value: dict[str, Any], path: str
     props = schema.get("properties")
     if not isinstance(props, Mapping):
         props = {}
-    for req in _seq(schema.get("required")):
+    for req in as_seq(schema.get("required")):
         if isinstance(req, str) and req not in value:
             return f"{path}: missing required property {req!r}"
     extra = schema.get("additionalProperties", True)
@@ -122,17 +118,18 @@ def _validate_object(schema: Mapping[str, Any], value: dict[str, Any], path: str
     return None
 
 
-def _seq(value: Any) -> Any:
-    return value if isinstance(value, SEQUENCES) else ()
-
-
 def tool_call_problem(
-    call: WireToolCall, schemas: Mapping[str, Mapping[str, Any]] | None, *, truncated: bool
+    name: str,
+    arguments: str | Mapping[str, Any],
+    schemas: Mapping[str, Mapping[str, Any]] | None,
+    *,
+    truncated: bool,
 ) -> tuple[MistakeKind, str] | None:
-    """The mistake a tool call makes, if any: unknown name, unparsable or invalid arguments."""
-    if schemas is not None and call.name not in schemas:
-        return MistakeKind.UNKNOWN_TOOL, f"unknown tool {repr_bounded(call.name)}"
-    args: Any = call.arguments
+    """The mistake a call of ``name`` with ``arguments`` (JSON text, or the object the
+    provider sent) makes, if any: unknown name, unparsable or invalid arguments."""
+    if schemas is not None and name not in schemas:
+        return MistakeKind.UNKNOWN_TOOL, f"unknown tool {repr_bounded(name)}"
+    args: Any = arguments
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
@@ -143,7 +140,7 @@ def tool_call_problem(
             return MistakeKind.INVALID_TOOL_ARGUMENTS, TOO_DEEP
     if not isinstance(args, Mapping):
         return MistakeKind.INVALID_TOOL_ARGUMENTS, "arguments are not a JSON object"
-    schema = schemas.get(call.name) if schemas is not None else None
+    schema = schemas.get(name) if schemas is not None else None
     if schema:
         try:
             err = validate_json(schema, dict(args))

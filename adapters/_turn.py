@@ -12,17 +12,17 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from budgetmix import semconv as sc
 from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
 from budgetmix.adapters._wire import (
-    EVENT_TRUNCATED,
-    EVENT_USAGE_MISSING,
-    SEQUENCES,
     Accumulator,
     ParsedResponse,
     WireKind,
     accumulator,
-    field,
+    answered_calls,
+    history_key,
 )
+from budgetmix.adapters._wire.common import SEQUENCES
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import ConfigError
 
@@ -39,34 +39,7 @@ def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, An
     the previous response's tool calls), oldest first. Only Anthropic marks failures
     (``is_error``); OpenAI results count as successes unless that call's outcome is
     already known (an invalid call recorded as a mistake on arrival)."""
-    found: list[tuple[Any, bool, str]] = []  # (call id, ok, detail), newest first
-    if kind == "responses":
-        items = body.get("input")
-        for item in reversed(items if isinstance(items, SEQUENCES) else ()):
-            kind_ = field(item, "type")
-            if kind_ == "function_call" or field(item, "role") == "assistant":
-                break
-            if kind_ == "function_call_output":
-                found.append((field(item, "call_id"), True, ""))
-    else:
-        messages = body.get("messages")
-        for message in reversed(messages if isinstance(messages, SEQUENCES) else ()):
-            role = field(message, "role")
-            if role == "assistant":
-                break
-            if kind == "chat":
-                if role == "tool":
-                    found.append((field(message, "tool_call_id"), True, ""))
-                continue
-            content = field(message, "content")
-            blocks: list[Any] = content if isinstance(content, list) else []
-            for block in reversed(blocks):
-                if field(block, "type") == "tool_result":
-                    failed = bool(field(block, "is_error", False))
-                    text = field(block, "content", "") if failed else ""
-                    detail = str(text)[:300] if text else ""
-                    found.append((field(block, "tool_use_id"), not failed, detail))
-    for call_id, ok, detail in reversed(found):
+    for call_id, ok, detail in reversed(answered_calls(kind, body)):
         if isinstance(call_id, str) and call_id:
             episode.record_tool_result(call_id, ok=ok, detail=detail)
 
@@ -242,7 +215,7 @@ def _is_list_like(value: Any) -> bool:
 
 def _shape_problem(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> str | None:
     """What budgetmix cannot add the notice to or read, in the shape of ``body``."""
-    key = "input" if kind == "responses" else "messages"
+    key = history_key(kind)
     history = body.get(key)
     text_input = kind == "responses" and isinstance(history, str)
     if not (history is None or text_input or _is_list_like(history)):
@@ -279,7 +252,7 @@ def check_request(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) ->
     problem = _shape_problem(kind, body, sdk_call=sdk_call)
     plain = None
     if problem is None and sdk_call:
-        history = body.get("input" if kind == "responses" else "messages")
+        history = body.get(history_key(kind))
         found = _PLAIN if isinstance(history, list) else _OTHER
         if isinstance(history, (list, tuple)):
             found = _scan(list(history), depth=2, encoding=True, stop_at_other=False)
@@ -381,7 +354,7 @@ class TurnRequest:
         Anything else (pydantic objects, generators, file handles) takes the SDK's own
         path, notice included.
         """
-        key = "input" if self.kind == "responses" else "messages"
+        key = history_key(self.kind)
         kwargs = {**self.body, **overrides}
         original = self._original.get(key)
         plain = self._plain  # found before the charge when the SDK's arguments were checked
@@ -400,7 +373,7 @@ class TurnRequest:
         turn, ep = self.turn, self.episode
         model = parsed.model or self.model
         if parsed.input_tokens is None and parsed.output_tokens is None:
-            turn.add_event(EVENT_USAGE_MISSING, {"budgetmix.wire": self.kind})
+            turn.add_event(sc.BM_EVENT_USAGE_MISSING, {"budgetmix.wire": self.kind})
         inp, out = parsed.input_tokens or 0, parsed.output_tokens or 0
         read, write = parsed.cache_read_tokens, parsed.cache_write_tokens
         cost = self.pricing.cost(model, inp, out, cache_read=read, cache_write=write) or 0.0
@@ -414,19 +387,22 @@ class TurnRequest:
             cache_write_tokens=write,
         )
         if parsed.truncated:
-            turn.add_event(EVENT_TRUNCATED, {"budgetmix.wire": self.kind})
+            turn.add_event(sc.BM_EVENT_RESPONSE_TRUNCATED, {"budgetmix.wire": self.kind})
         if parsed.empty:
             ep.record_mistake(MistakeKind.MODEL_FORMAT_ERROR, detail="response has no output")
-        calls = parsed.tool_calls
+        calls = list(zip(parsed.tool_calls, parsed.call_arguments, strict=True))
         schemas = tool_schemas(self.kind, self._original.get("tools")) if calls else None
-        for call in calls:
-            problem = tool_call_problem(call, schemas, truncated=parsed.truncated)
-            if problem is not None:
-                ep.record_mistake(problem[0], tool=call.name, call_id=call.id, detail=problem[1])
+        for call, arguments in calls:
+            problem = tool_call_problem(call.name, arguments, schemas, truncated=parsed.truncated)
+            if problem is not None:  # a call without an id ("") has none to record
+                ep.record_mistake(
+                    problem[0], tool=call.name, call_id=call.id or None, detail=problem[1]
+                )
         message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
-        if parsed.tool_calls:
+        if calls:
             message["tool_calls"] = [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls
+                {"id": c.id or None, "name": c.name, "arguments": arguments}
+                for c, arguments in calls
             ]
         ep.record_message(message)
         turn.record_content(

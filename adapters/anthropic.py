@@ -2,6 +2,8 @@
 
 ::
 
+    from budgetmix.adapters import budgeted
+
     client = budgeted(anthropic.Anthropic(), controller)
     with controller.episode() as ep:
         reply = client.messages.create(model="claude-sonnet-4-6", max_tokens=1024, messages=history)
@@ -34,36 +36,17 @@ for :func:`budgetmix.adapters.run_agent`.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from collections.abc import Sequence
+from typing import Any, Literal, cast
 
 from budgetmix._deps import require
-from budgetmix.adapters._endpoints import (
-    AsyncEndpoint,
-    ClientWrapper,
-    Endpoint,
-    SyncEndpoint,
-    Target,
-)
+from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint, SyncEndpoint
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
-from budgetmix.adapters._wire import as_seq, as_str, as_text, dumps_bounded, field, neutral_usage
-from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
-from budgetmix.adapters.pricing import Pricing
+from budgetmix.adapters._wire import anthropic as wire
+from budgetmix.adapters.base import ChatMessage, ChatModelBase, ModelResponse, ToolSpec
 from budgetmix.notice import with_notice_anthropic
 
-if TYPE_CHECKING:
-    import anthropic
-
-__all__ = [
-    "AnthropicChatModel",
-    "AsyncBudgetedAnthropic",
-    "BudgetedAnthropic",
-    "budgeted",
-]
-
-SyncSleep = Callable[[float], None]
-AsyncSleep = Callable[[float], Awaitable[None]]
+__all__ = ["AnthropicChatModel", "AsyncBudgetedAnthropic", "BudgetedAnthropic"]
 
 
 class _SyncMessages(SyncEndpoint):
@@ -153,7 +136,7 @@ class _Wrapper(ClientWrapper):
 
 class BudgetedAnthropic(_Wrapper):
     """An ``anthropic.Anthropic`` whose ``messages.create`` / ``messages.stream`` are
-    budgeted inside an episode. Build with :func:`budgeted`."""
+    budgeted inside an episode. Build with :func:`~budgetmix.adapters.budgeted`."""
 
     _messages_cls = _SyncMessages
 
@@ -164,135 +147,8 @@ class AsyncBudgetedAnthropic(_Wrapper):
     _messages_cls = _AsyncMessages
 
 
-@overload
-def budgeted(
-    client: anthropic.AsyncAnthropic,
-    target: Target = ...,
-    *,
-    pricing: Pricing | None = ...,
-    sleep: AsyncSleep | None = ...,
-    sdk_transform: bool = ...,
-) -> AsyncBudgetedAnthropic: ...
-@overload
-def budgeted(
-    client: anthropic.Anthropic,
-    target: Target = ...,
-    *,
-    pricing: Pricing | None = ...,
-    sleep: SyncSleep | None = ...,
-    sdk_transform: bool = ...,
-) -> BudgetedAnthropic: ...
-def budgeted(
-    client: anthropic.Anthropic | anthropic.AsyncAnthropic,
-    target: Target = None,
-    *,
-    pricing: Pricing | None = None,
-    sleep: SyncSleep | AsyncSleep | None = None,
-    sdk_transform: bool = False,
-) -> BudgetedAnthropic | AsyncBudgetedAnthropic:
-    """Wrap an Anthropic client so calls inside an episode are budgeted.
-
-    Args:
-        client: an ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``.
-        target: the :class:`~budgetmix.Episode` to charge, a
-            :class:`~budgetmix.BudgetController` (its current episode), or ``None``.
-        pricing: prices for cost (default :data:`DEFAULT_PRICING`).
-        sleep: waits between retries (tests inject a recorder).
-        sdk_transform: hand the SDK your messages to transform, as an unwrapped call
-            does. By default a plain-JSON history (dicts, lists, strings, numbers) is
-            sent as is, byte for byte what that transform would produce, without its
-            cost. Set it when code that patches the SDK's ``create`` (third-party
-            instrumentation) must see the messages.
-
-    Raises:
-        MissingExtraError: ``anthropic`` is not installed.
-    """
-    sdk = require("anthropic", "anthropic")
-    if isinstance(client, sdk.AsyncAnthropic):
-        return AsyncBudgetedAnthropic(
-            client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform
-        )
-    return BudgetedAnthropic(
-        client, target, pricing=pricing, sleep=sleep, sdk_transform=sdk_transform
-    )
-
-
 # -- ChatModel for the built-in loop ---------------------------------------------------
-def anthropic_messages(messages: Sequence[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Neutral messages -> (``system``, Anthropic ``messages``); consecutive tool results
-    share one user turn, as the API requires."""
-    system = [m.content for m in messages if m.role == "system"]
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "system":
-            continue
-        if m.role == "tool":
-            block = {
-                "type": "tool_result",
-                "tool_use_id": m.tool_call_id or "",
-                "content": m.content,
-                "is_error": m.is_error,
-            }
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
-                last["content"].append(block)
-            else:
-                out.append({"role": "user", "content": [block]})
-        elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = []
-            if m.content:
-                blocks.append({"type": "text", "text": m.content})
-            for c in m.tool_calls:
-                try:
-                    args = json.loads(c.arguments or "{}")
-                except ValueError:
-                    args = {}  # the API only takes objects; the loop already flagged the call
-                if not isinstance(args, dict):
-                    args = {}
-                blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": args})
-            out.append({"role": "assistant", "content": blocks or ""})
-        else:
-            out.append({"role": "user", "content": m.content})
-    return ("\n\n".join(system) if system else None), out
-
-
-_STOP = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "tool_use": "tool_calls",
-    "max_tokens": "length",
-}
-
-
-def anthropic_response(obj: Any) -> ModelResponse:
-    """An Anthropic ``Message`` -> :class:`ModelResponse`."""
-    text = ""
-    calls: list[ToolCallRequest] = []
-    for block in as_seq(field(obj, "content")):
-        kind = field(block, "type")
-        if kind == "text":
-            text += as_text(field(block, "text"))
-        elif kind == "tool_use":
-            calls.append(
-                ToolCallRequest(
-                    id=as_text(field(block, "id")),
-                    name=as_text(field(block, "name")),
-                    arguments=dumps_bounded(field(block, "input", {})),
-                )
-            )
-    stop = field(obj, "stop_reason", "end_turn")
-    reason = _STOP.get(stop, "stop") if isinstance(stop, str) else "stop"
-    return ModelResponse(
-        text=text,
-        tool_calls=tuple(calls),
-        finish_reason="tool_calls" if calls and reason == "stop" else reason,
-        usage=neutral_usage("anthropic", field(obj, "usage")),
-        model=as_str(field(obj, "model")),
-        raw=obj,
-    )
-
-
-class AnthropicChatModel:
+class AnthropicChatModel(ChatModelBase[dict[str, Any], Any]):
     """A :class:`~budgetmix.adapters.base.ChatModel` (and ``AsyncChatModel``) over Anthropic
     Messages, for :func:`budgetmix.adapters.run_agent`. The loop charges turns and
     retries; SDK errors propagate for its retry policy (the SDK's own retries are off).
@@ -302,6 +158,9 @@ class AnthropicChatModel:
         model: the model name.
         max_tokens: the required per-call output cap.
         request_options: extra ``create`` arguments (``temperature``...).
+
+    Raises:
+        MissingExtraError: ``anthropic`` is not installed.
     """
 
     def __init__(
@@ -329,44 +188,40 @@ class AnthropicChatModel:
         tool_choice: Literal["auto", "none"] = "auto",
     ) -> dict[str, Any]:
         """The ``messages.create`` arguments for one call."""
-        system, wire = anthropic_messages(messages)
+        system, messages_out = wire.write_messages(messages)
         body: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             **self.request_options,
             "model": self.model_name,
-            "messages": with_notice_anthropic(wire, notice) if notice else wire,
+            "messages": with_notice_anthropic(messages_out, notice) if notice else messages_out,
         }
         if system:
             body["system"] = system
         if tools:
-            body["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-                for t in tools
-            ]
+            body["tools"] = wire.write_tools(tools)
             if tool_choice == "none":
                 body["tool_choice"] = {"type": "none"}
         return body
 
-    def complete(
+    def build_request(
         self,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec],
         *,
         notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
-    ) -> ModelResponse:
-        """One Messages call."""
-        body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
-        return anthropic_response(self._client.messages.create(**body))
+        tool_choice: Literal["auto", "none"],
+    ) -> dict[str, Any]:
+        """:meth:`request_body` (the SDK transforms it, as it does cheaply)."""
+        return self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
 
-    async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
-    ) -> ModelResponse:
+    def send(self, request: dict[str, Any]) -> Any:
+        """One Messages call."""
+        return self._client.messages.create(**request)
+
+    async def asend(self, request: dict[str, Any]) -> Any:
         """One async Messages call (needs an ``AsyncAnthropic`` client)."""
-        body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
-        return anthropic_response(await self._client.messages.create(**body))
+        return await self._client.messages.create(**request)
+
+    def read_reply(self, reply: Any, request: dict[str, Any]) -> ModelResponse:
+        """An Anthropic ``Message`` -> :class:`ModelResponse`."""
+        return wire.model_response(reply)

@@ -5,18 +5,25 @@ test double) offers a :class:`ChatModel`: one ``complete`` call that takes the
 conversation, the tool specs and the notice, and returns a
 :class:`ModelResponse`. The loop owns budgets, tools, retries and tracing; the
 model only translates to and from its provider's wire format.
+
+The built-in models derive from :class:`ChatModelBase`, which implements ``complete``
+and ``acomplete`` once over three steps a model supplies: build the request, send it,
+read the reply (only sending differs between sync and async).
 """
 
 from __future__ import annotations
 
+import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "AsyncChatModel",
     "ChatMessage",
     "ChatModel",
+    "ChatModelBase",
     "ModelResponse",
     "ToolCallRequest",
     "ToolSpec",
@@ -128,3 +135,68 @@ class AsyncChatModel(Protocol):
         notice: str | None,
         tool_choice: Literal["auto", "none"] = "auto",
     ) -> ModelResponse: ...
+
+
+RequestT = TypeVar("RequestT")
+ReplyT = TypeVar("ReplyT")
+
+
+class ChatModelBase(ABC, Generic[RequestT, ReplyT]):
+    """A :class:`ChatModel` and :class:`AsyncChatModel` whose ``complete`` and
+    ``acomplete`` are written once: :meth:`build_request`, then :meth:`send` (or
+    :meth:`asend`), then :meth:`read_reply`.
+
+    ``RequestT`` is what a model sends (a provider's ``create`` arguments, a prompt);
+    ``ReplyT`` what comes back (an SDK response, generated tokens). :meth:`asend`
+    defaults to :meth:`send` in a worker thread, so the event loop keeps running.
+    """
+
+    model_name: str
+    provider_name: str
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """One call: the conversation, the tools and the notice -> the model's reply."""
+        request = self.build_request(messages, tools, notice=notice, tool_choice=tool_choice)
+        return self.read_reply(self.send(request), request)
+
+    async def acomplete(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """The async twin of :meth:`complete` (it awaits :meth:`asend`)."""
+        request = self.build_request(messages, tools, notice=notice, tool_choice=tool_choice)
+        return self.read_reply(await self.asend(request), request)
+
+    @abstractmethod
+    def build_request(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        *,
+        notice: str | None,
+        tool_choice: Literal["auto", "none"],
+    ) -> RequestT:
+        """What one call sends (the notice injected for this request only)."""
+
+    @abstractmethod
+    def send(self, request: RequestT) -> ReplyT:
+        """Send ``request``; errors propagate for the loop's retry policy to classify."""
+
+    async def asend(self, request: RequestT) -> ReplyT:
+        """Send ``request`` without blocking the event loop."""
+        return await asyncio.to_thread(self.send, request)
+
+    @abstractmethod
+    def read_reply(self, reply: ReplyT, request: RequestT) -> ModelResponse:
+        """``reply`` (to ``request``) in neutral form."""

@@ -46,7 +46,8 @@ from types import ModuleType
 from typing import Any, Literal
 
 import httpx
-from budgetmix.adapters._replies import HTTPStatusFailure, refused, sdk_safe, terminal_body
+from budgetmix.adapters._endpoints import Target, resolve_episode
+from budgetmix.adapters._replies import HTTPStatusFailure, refused, sdk_safe
 from budgetmix.adapters._sse import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
@@ -59,8 +60,8 @@ from budgetmix.adapters._sse import (
     tap_streams,
 )
 from budgetmix.adapters._turn import TurnRequest, request_problem
-from budgetmix.adapters._wire import WireKind, field, parse_response
-from budgetmix.adapters.openai import Target, resolve_episode
+from budgetmix.adapters._wire import WireKind, parse_response, terminal_body
+from budgetmix.adapters._wire.common import field
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
@@ -173,7 +174,6 @@ class _TransportCore:
         self.pricing = pricing if pricing is not None else DEFAULT_PRICING
         self.on_exhausted: OnExhausted = on_exhausted
         self.sleep = sleep
-        self.requests_forwarded = 0
         self._owned: dict[str, tuple[Episode, contextvars.Context]] = {}
         self._response_conversation: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -411,7 +411,6 @@ class BudgetTransport(httpx.BaseTransport):
         core = self._core
 
         def send() -> Any:
-            core.requests_forwarded += 1
             response = inner.handle_request(plan.outgoing)
             if response.status_code >= 400:
                 core.limit_body(plan, response, record=False, is_async=False)
@@ -488,7 +487,6 @@ class AsyncBudgetTransport(httpx.AsyncBaseTransport):
         core = self._core
 
         async def send() -> Any:
-            core.requests_forwarded += 1
             response = await inner.handle_async_request(plan.outgoing)
             if response.status_code >= 400:
                 core.limit_body(plan, response, record=False, is_async=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
 
 import pydantic
-from budgetmix.adapters._wire import repr_bounded
+from budgetmix.adapters._wire.common import repr_bounded
 from budgetmix.adapters.base import ToolCallRequest, ToolSpec
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import BudgetExhausted, ConfigError, EarlyStopped

@@ -47,9 +47,9 @@ from typing import Any
 import httpx
 import openai
 from budgetmix import Budget, BudgetController, render_notice
+from budgetmix.adapters import budgeted
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters.http import BudgetTransport
-from budgetmix.adapters.openai import budgeted
 from budgetmix.adapters.pricing import DEFAULT_PRICING
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 

@@ -28,7 +28,7 @@ import httpx
 import openai
 from adapter_overhead import MESSAGES, loopback_server
 from budgetmix import Budget, BudgetController
-from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters import budgeted
 
 NOTICE = {"role": "user", "content": "Budget (v1): turn 1 of 9, 9 turns left including this one."}
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import anthropic
 from budgetmix import Budget, BudgetController, EpisodeResult
-from budgetmix.adapters.anthropic import budgeted
+from budgetmix.adapters import budgeted
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 TOOLS = [

@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 from budgetmix import Budget, BudgetController
-from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters import budgeted
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 from budgetmix.otlp_receiver import OTLPReceiver
 from budgetmix.telemetry import configure_tracing

@@ -22,7 +22,7 @@ from typing import Any
 
 import openai
 from budgetmix import Budget, BudgetController, EpisodeResult
-from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters import budgeted
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 TOOLS = [

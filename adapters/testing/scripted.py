@@ -25,6 +25,7 @@ from budgetmix.adapters.base import (
     AsyncChatModel,
     ChatMessage,
     ChatModel,
+    ChatModelBase,
     ModelResponse,
     ToolCallRequest,
     ToolSpec,
@@ -114,7 +115,7 @@ def _estimate_usage(messages: Sequence[ChatMessage], notice: str | None, text: s
     return Usage(input_tokens=chars // 4 + 1, output_tokens=len(text) // 4 + 1)
 
 
-class ScriptedModel:
+class ScriptedModel(ChatModelBase[ModelRequest, ModelResponse]):
     """A chat model that plays a script; both :class:`ChatModel` and :class:`AsyncChatModel`.
 
     Args:
@@ -163,42 +164,39 @@ class ScriptedModel:
         """The notice of every request, in order."""
         return [r.notice for r in self.requests]
 
-    def complete(
+    def build_request(
         self,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec],
         *,
         notice: str | None,
-        tool_choice: ToolChoice = "auto",
-    ) -> ModelResponse:
-        request = ModelRequest(
+        tool_choice: ToolChoice,
+    ) -> ModelRequest:
+        """The request, as :attr:`requests` records it."""
+        return ModelRequest(
             messages=tuple(messages), tools=tuple(tools), notice=notice, tool_choice=tool_choice
         )
+
+    def send(self, request: ModelRequest) -> ModelResponse:
+        """Record ``request`` and answer with the next scripted response."""
         with self._lock:
             index = len(self.requests)
             self.requests.append(request)
         if self._responder is not None:
-            extra = {"tool_choice": tool_choice} if self._passes_tool_choice else {}
-            response = self._responder(request.messages, request.tools, notice, **extra)
-        elif index < len(self._script):
-            response = self._script[index]
-        else:
-            raise ScriptExhaustedError(
-                f"{self.model_name}: call {index + 1} but the script has {len(self._script)}"
-            )
-        return self._finish(response, request)
+            extra = {"tool_choice": request.tool_choice} if self._passes_tool_choice else {}
+            return self._responder(request.messages, request.tools, request.notice, **extra)
+        if index < len(self._script):
+            return self._script[index]
+        raise ScriptExhaustedError(
+            f"{self.model_name}: call {index + 1} but the script has {len(self._script)}"
+        )
 
-    async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: ToolChoice = "auto",
-    ) -> ModelResponse:
-        return self.complete(messages, tools, notice=notice, tool_choice=tool_choice)
+    async def asend(self, request: ModelRequest) -> ModelResponse:
+        """:meth:`send`, on the event loop (a script does not block)."""
+        return self.send(request)
 
-    def _finish(self, response: ModelResponse, request: ModelRequest) -> ModelResponse:
+    def read_reply(self, response: ModelResponse, request: ModelRequest) -> ModelResponse:
+        """``response`` with the model name and, with ``estimate_usage``, a usage estimate."""
         usage = response.usage
         if usage is None and self.estimate_usage:
             usage = _estimate_usage(request.messages, request.notice, response.text)
@@ -229,7 +227,7 @@ class TransientModelError(Exception):
         self.status_code = status_code
 
 
-class FailingModel:
+class FailingModel(ChatModelBase[ModelRequest, ModelResponse]):
     """Wraps a model and raises an error on its first ``failures`` calls.
 
     ``error`` builds the exception for each failing attempt (default: a
@@ -261,33 +259,40 @@ class FailingModel:
         if failing:
             raise self.error()
 
-    def complete(
+    def build_request(
         self,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec],
         *,
         notice: str | None,
-        tool_choice: ToolChoice = "auto",
-    ) -> ModelResponse:
+        tool_choice: ToolChoice,
+    ) -> ModelRequest:
+        """The request to hand on."""
+        return ModelRequest(
+            messages=tuple(messages), tools=tuple(tools), notice=notice, tool_choice=tool_choice
+        )
+
+    def send(self, request: ModelRequest) -> ModelResponse:
+        """Fail, or ask the wrapped model's ``complete``."""
         self._maybe_fail()
         if not isinstance(self.inner, ChatModel):
             raise ConfigError(f"{type(self.inner).__name__} has no sync complete()")
-        return self.inner.complete(messages, tools, notice=notice, tool_choice=tool_choice)
+        r = request
+        return self.inner.complete(r.messages, r.tools, notice=r.notice, tool_choice=r.tool_choice)
 
-    async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: ToolChoice = "auto",
-    ) -> ModelResponse:
+    async def asend(self, request: ModelRequest) -> ModelResponse:
+        """Fail, or ask the wrapped model's ``acomplete`` (``complete`` when it has none)."""
         self._maybe_fail()
+        r = request
         if isinstance(self.inner, AsyncChatModel):
             return await self.inner.acomplete(
-                messages, tools, notice=notice, tool_choice=tool_choice
+                r.messages, r.tools, notice=r.notice, tool_choice=r.tool_choice
             )
-        return self.inner.complete(messages, tools, notice=notice, tool_choice=tool_choice)
+        return self.inner.complete(r.messages, r.tools, notice=r.notice, tool_choice=r.tool_choice)
+
+    def read_reply(self, response: ModelResponse, request: ModelRequest) -> ModelResponse:
+        """The wrapped model's response, as it came."""
+        return response
 
 
 # -- a scripted agent policy ------------------------------------------------------------

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, make_rig
 from budgetmix import BudgetExhausted, EpisodeStatus, MistakeKind, ProviderError
-from budgetmix.adapters.anthropic import AsyncBudgetedAnthropic, BudgetedAnthropic, budgeted
+from budgetmix.adapters import budgeted
+from budgetmix.adapters.anthropic import AsyncBudgetedAnthropic, BudgetedAnthropic
 from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.testing import Reply
 

@@ -77,7 +77,7 @@ def sse_reply(stream: bytes) -> Reply:
 
 # -- nesting ---------------------------------------------------------------------------
 def test_tool_arguments_nested_100k_deep_are_invalid_tool_arguments_through_the_wrapper() -> None:
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply.call("add", NESTED)])
     client = budgeted(rig.openai(max_retries=0), rig.controller)
@@ -112,7 +112,7 @@ def test_a_response_body_nested_100k_deep_is_a_model_format_error_through_the_tr
 def test_a_response_body_nested_100k_deep_is_a_response_format_error_through_the_wrapper(
     raw: bool,
 ) -> None:
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
 
     body = b'{"choices": [{"message": {"content": ' + NESTED.encode() + b"}}]}"
     rig = make_rig([Reply(body=body)])
@@ -125,7 +125,7 @@ def test_a_response_body_nested_100k_deep_is_a_response_format_error_through_the
 
 
 def test_an_unreadable_body_through_with_raw_response_is_recorded_like_create() -> None:
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply(body=b"<html>gateway</html>")])
     client = budgeted(rig.openai(max_retries=0), rig.controller)
@@ -138,15 +138,12 @@ def test_a_tool_input_object_nested_100k_deep_is_checked_without_recursion() -> 
     """Anthropic's ``input`` arrives as an object: the schema check and its error message
     walk it without recursing into all of it (a message quotes it, bounded)."""
     from budgetmix.adapters._tool_checks import tool_call_problem
-    from budgetmix.adapters._wire import WireToolCall
 
     deep: Any = []
     for _ in range(DEEP):
         deep = [deep]
     schema = {"type": "object", "properties": {"a": {"enum": [1, 2]}}}
-    problem = tool_call_problem(
-        WireToolCall("t1", "pick", {"a": deep}), {"pick": schema}, truncated=False
-    )
+    problem = tool_call_problem("pick", {"a": deep}, {"pick": schema}, truncated=False)
     assert problem is not None
     kind, detail = problem
     assert str(kind) == "invalid_tool_arguments" and detail.startswith("$.a: [[[")
@@ -168,8 +165,8 @@ def test_the_loop_tool_rejects_arguments_nested_100k_deep() -> None:
 def test_chat_model_readers_survive_hostile_sdk_objects() -> None:
     """The built-in loop's readers get the SDKs' unvalidated models: odd shapes are an
     error response or a tool call with unreadable arguments, never a crash."""
-    from budgetmix.adapters.anthropic import anthropic_response
-    from budgetmix.adapters.openai import chat_response
+    from budgetmix.adapters._wire.anthropic import model_response as anthropic_response
+    from budgetmix.adapters._wire.chat import model_response as chat_response
 
     deep: Any = []
     for _ in range(DEEP):
@@ -200,12 +197,12 @@ def test_a_lone_surrogate_in_content_is_refused_before_sending_naming_where(sdk:
     rig = make_rig([Reply.say("x")])
     with rig.controller.episode() as ep, pytest.raises(ConfigError) as info:
         if sdk == "openai":
-            from budgetmix.adapters.openai import budgeted
+            from budgetmix.adapters import budgeted
 
             client = budgeted(rig.openai(max_retries=0), rig.controller)
             client.chat.completions.create(model="gpt-4o", messages=history)
         else:
-            from budgetmix.adapters.anthropic import budgeted as abudgeted
+            from budgetmix.adapters import budgeted as abudgeted
 
             aclient = abudgeted(rig.anthropic(max_retries=0), rig.controller)
             aclient.messages.create(model=ANTHROPIC_MODEL, max_tokens=8, messages=history)
@@ -219,7 +216,7 @@ def test_a_lone_surrogate_in_content_is_refused_before_sending_naming_where(sdk:
 
 
 def test_a_lone_surrogate_key_or_a_non_finite_number_is_refused_before_sending() -> None:
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply.say("x")])
     client = budgeted(rig.openai(max_retries=0), rig.controller)
@@ -260,7 +257,7 @@ def test_an_escaped_lone_surrogate_through_the_transport_is_forwarded_as_sent() 
 def test_a_request_of_the_wrong_shape_is_a_clear_error_before_the_charge(
     kwargs: dict[str, Any], named: str
 ) -> None:
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply.say("x")])
     client = budgeted(rig.openai(max_retries=0), rig.controller)
@@ -270,7 +267,7 @@ def test_a_request_of_the_wrong_shape_is_a_clear_error_before_the_charge(
 
 
 def test_an_anthropic_user_turn_whose_content_is_not_text_or_blocks_is_a_clear_error() -> None:
-    from budgetmix.adapters.anthropic import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply.say("x")])
     client = budgeted(rig.anthropic(max_retries=0), rig.controller)

@@ -141,7 +141,7 @@ def test_chat_completions_through_the_sdk_wrapper(body: Any) -> None:
     """The OpenAI SDK builds its response objects from such bodies without validating
     them: whatever it hands over, budgetmix's reading of it never raises (the SDK may
     raise its own errors; those are the caller's, as without budgetmix)."""
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply(body=json.dumps(body).encode())])
     client = budgeted(rig.openai(max_retries=0), rig.controller)
@@ -159,7 +159,7 @@ def test_chat_completions_through_the_sdk_wrapper(body: Any) -> None:
 @given(body=ANTHROPIC)
 def test_anthropic_messages_through_the_sdk_wrapper(body: Any) -> None:
     """The same for the Anthropic SDK's ``messages.create``."""
-    from budgetmix.adapters.anthropic import budgeted
+    from budgetmix.adapters import budgeted
 
     rig = make_rig([Reply(body=json.dumps(body).encode())])
     client = budgeted(rig.anthropic(max_retries=0), rig.controller)

@@ -16,12 +16,9 @@ from budgetmix import (
     EpisodeStatus,
     ProviderError,
 )
+from budgetmix.adapters import budgeted
 from budgetmix.adapters.base import ToolCallRequest
-from budgetmix.adapters.openai import (
-    AsyncBudgetedOpenAI,
-    BudgetedOpenAI,
-    budgeted,
-)
+from budgetmix.adapters.openai import AsyncBudgetedOpenAI, BudgetedOpenAI
 from budgetmix.adapters.pricing import Pricing
 from budgetmix.adapters.testing import Reply
 
@@ -336,7 +333,7 @@ def test_sdks_are_imported_lazily_and_missing_ones_name_the_extra() -> None:
     assert out.stdout.strip() == "[]"
     code = (
         "import sys; sys.modules['openai'] = None\n"
-        "from budgetmix.adapters.openai import budgeted\n"
+        "from budgetmix.adapters import budgeted\n"
         "from budgetmix import MissingExtraError\n"
         "try:\n    budgeted(object())\nexcept MissingExtraError as e:\n    print(e.extra)"
     )

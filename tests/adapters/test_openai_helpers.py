@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from _provider_fakes import CHAT_TOOLS, make_rig
 from budgetmix import BudgetExhausted, BudgetmixError
+from budgetmix.adapters import budgeted
 from budgetmix.adapters.base import ToolCallRequest
-from budgetmix.adapters.openai import budgeted
 from budgetmix.adapters.testing import Reply
 from pydantic import BaseModel
 

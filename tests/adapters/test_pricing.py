@@ -88,8 +88,8 @@ def test_cache_reads_and_writes_are_priced_apart() -> None:
 
 def test_adapters_price_cached_input_from_each_wire_format() -> None:
     from _provider_fakes import ANTHROPIC_MODEL, make_rig
-    from budgetmix.adapters.anthropic import budgeted as budgeted_anthropic
-    from budgetmix.adapters.openai import budgeted
+    from budgetmix.adapters import budgeted
+    from budgetmix.adapters import budgeted as budgeted_anthropic
     from budgetmix.adapters.testing import Reply
 
     pytest.importorskip("openai")

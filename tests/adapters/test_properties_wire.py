@@ -483,13 +483,13 @@ def test_a_chain_of_hostile_responses_through_the_transport(kind: WireKind, data
 def _wrapped_call(rig: Any, kind: WireKind, *, stream: bool) -> Any:
     """A call of the wrapped SDK endpoint for ``kind``; reads a stream to its end."""
     if kind == "anthropic":
-        from budgetmix.adapters.anthropic import budgeted as abudgeted
+        from budgetmix.adapters import budgeted as abudgeted
 
         aclient = abudgeted(rig.anthropic(max_retries=0), rig.controller)
         create: Any = aclient.messages.create
         kwargs: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 8, "messages": USER}
     else:
-        from budgetmix.adapters.openai import budgeted
+        from budgetmix.adapters import budgeted
 
         client = budgeted(rig.openai(max_retries=0), rig.controller)
         if kind == "chat":

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, CHAT_TOOLS, make_rig
-from budgetmix.adapters.anthropic import budgeted as budgeted_anthropic
-from budgetmix.adapters.openai import budgeted
+from budgetmix.adapters import budgeted
+from budgetmix.adapters import budgeted as budgeted_anthropic
 
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")

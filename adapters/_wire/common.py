@@ -1,0 +1,195 @@
+"""What every wire format's reader shares: reading untrusted provider objects field by
+field, and the parsed response the budget records.
+
+Fields are read with :func:`field` (or a :func:`reader` chosen once per object), which
+accepts dicts and attribute objects alike, so one reader serves ``httpx`` JSON bodies
+and the ``openai``/``anthropic`` SDKs' models, which are built without validation: a
+field of the wrong type reads as absent, never as a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import reprlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from typing import Any
+
+from budgetmix.adapters.base import ModelResponse, ToolCallRequest, Usage
+
+__all__ = [
+    "MAX_COUNT",
+    "SEQUENCES",
+    "ParsedResponse",
+    "as_count",
+    "as_seq",
+    "as_str",
+    "as_text",
+    "dumps_bounded",
+    "field",
+    "neutral_response",
+    "reader",
+    "repr_bounded",
+]
+
+def field(obj: Any, key: str, default: Any = None) -> Any:
+    """``obj[key]`` for mappings, ``obj.key`` otherwise; ``default`` when absent or None."""
+    if obj is None:
+        return default
+    kind = type(obj)
+    # JSON bodies are exact dicts; SDK models are remembered, as the Mapping ABC check is slow
+    if kind is dict:
+        value = obj.get(key)
+    elif kind in _ATTRIBUTE_TYPES:
+        value = getattr(obj, key, None)
+    elif isinstance(obj, Mapping):
+        value = obj.get(key)
+    else:
+        _ATTRIBUTE_TYPES.add(kind)
+        value = getattr(obj, key, None)
+    return default if value is None else value
+
+
+_ATTRIBUTE_TYPES: set[type] = set()  # types read by attribute (bounded by the SDKs' models)
+
+Reader = Callable[[Any, str, Any], Any]
+
+
+def _read_none(obj: Any, key: str, default: Any = None) -> Any:
+    return None
+
+
+def _read_mapping(obj: Any, key: str, default: Any = None) -> Any:
+    return obj.get(key)
+
+
+def reader(obj: Any) -> Reader:
+    """How to read ``obj``'s fields, chosen once per object: ``dict.get`` for JSON dicts,
+    ``getattr`` for SDK models (both C functions; call as ``get(obj, key, None)``).
+    Like :func:`field`, an absent field and a ``None`` one both read as ``None``."""
+    kind = type(obj)
+    if kind is dict:
+        return dict.get
+    if kind in _ATTRIBUTE_TYPES:
+        return getattr
+    if obj is None:
+        return _read_none
+    if isinstance(obj, Mapping):
+        return _read_mapping
+    _ATTRIBUTE_TYPES.add(kind)
+    return getattr
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+SEQUENCES = (list, tuple)  # a tuple, not list | tuple: that builds a union per call
+
+
+def as_seq(value: Any) -> Any:
+    """``value`` if it is a list (or tuple), else nothing to iterate: malformed bodies
+    must not crash the reader."""
+    return value if isinstance(value, SEQUENCES) else ()
+
+
+def as_text(value: Any) -> str:
+    """A string field; anything else is no text (never ``str()`` of a hostile value,
+    which may be huge or nest too deep to print)."""
+    return value if isinstance(value, str) else ""
+
+
+def as_str(value: Any) -> str | None:
+    """A string field, or ``None`` (a malformed model name is no name)."""
+    return value if isinstance(value, str) else None
+
+
+MAX_COUNT = 2**53
+
+
+def as_count(value: Any) -> int | None:
+    """A token count or index: a non-negative int (below 2**53, so it prices as a float),
+    else ``None`` (not reported)."""
+    if type(value) is not int:  # JSON and SDK counts are exact ints: one check
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        value = int(value)  # an int subclass (an enum, say) counts as its value
+    return value if 0 <= value < MAX_COUNT else None
+
+
+def repr_bounded(value: Any, size: int = 80) -> str:
+    """``repr(value)`` cut to ``size`` characters, safe for values of any depth or size."""
+    return _REPR.repr(value)[:size]
+
+
+def dumps_bounded(value: Any) -> str:
+    """``value`` as JSON text; when it cannot be (not JSON, nested too deep), a bounded
+    ``repr``, which is not JSON either: a tool call's arguments stay unreadable."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return repr_bounded(value)
+
+
+@dataclass(slots=True)
+class ParsedResponse:
+    """A response as its wire format's reader found it. Token counts are ``None`` when
+    the provider did not report them (``usage_reported``: it sent a usage object).
+
+    ``tool_calls[i]`` is call ``i`` as the built-in loop sees it (arguments as JSON text);
+    ``call_arguments[i]`` its arguments as the provider sent them (text, or the object
+    Anthropic sends), which the budget checks and records."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int = 0  # of input_tokens: served from the provider's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens: written to it
+    usage_reported: bool = False
+    model: str | None = None
+    finish_reasons: list[str] = dc_field(default_factory=list)
+    tool_calls: list[ToolCallRequest] = dc_field(default_factory=list)
+    call_arguments: list[str | Mapping[str, Any]] = dc_field(default_factory=list)
+    text: str = ""
+    empty: bool = False
+    truncated: bool = False
+
+    def add_call(self, call_id: Any, name: Any, arguments: Any) -> None:
+        """Add a call read from the wire: ``call_id`` and ``name`` count when they are
+        strings; ``arguments`` is kept as sent when text or a mapping (the checks read
+        both), else as a bounded ``repr``, which is no JSON object (an
+        ``invalid_tool_arguments`` mistake) and keeps a hostile value out of the records."""
+        text = arguments if isinstance(arguments, str) else dumps_bounded(arguments)
+        self.tool_calls.append(
+            ToolCallRequest(id=as_text(call_id), name=as_text(name), arguments=text)
+        )
+        sent = arguments if isinstance(arguments, (str, Mapping)) else repr_bounded(arguments)
+        self.call_arguments.append(sent)
+
+    def usage(self) -> Usage | None:
+        """The neutral :class:`Usage` (``None`` when the response reported none)."""
+        if not self.usage_reported:
+            return None
+        return Usage(
+            self.input_tokens or 0,
+            self.output_tokens or 0,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+        )
+
+
+def neutral_response(parsed: ParsedResponse, finish: Mapping[str, str], raw: Any) -> ModelResponse:
+    """``parsed`` as the built-in loop's :class:`ModelResponse`: its first finish reason in
+    neutral words (``finish``: the wire's table; anything else is ``stop``, and ``stop``
+    with tool calls is ``tool_calls``)."""
+    first = parsed.finish_reasons[0] if parsed.finish_reasons else None
+    reason = finish.get(first, "stop") if first is not None else "stop"
+    if parsed.tool_calls and reason == "stop":
+        reason = "tool_calls"
+    return ModelResponse(
+        text=parsed.text,
+        tool_calls=tuple(parsed.tool_calls),
+        finish_reason=reason,
+        usage=parsed.usage(),
+        model=parsed.model,
+        raw=raw,
+    )
