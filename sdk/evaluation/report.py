@@ -51,10 +51,8 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-def markdown_report(summary: Mapping[str, Any], *, title: str = "Pass@(K,T) evaluation") -> str:
-    """The markdown of a summary: grid, failures, recovery, cost, frontier."""
-    cells = summary["cells"]
-    ks = range(1, int(summary["max_k"]) + 1)
+def _title_lines(summary: Mapping[str, Any], title: str) -> list[str]:
+    """The title, the run's identity (when known) and the grid's description."""
     lines = [f"# {title}", ""]
     hdr = summary.get("header", {})
     if hdr:
@@ -64,120 +62,130 @@ def markdown_report(summary: Mapping[str, Any], *, title: str = "Pass@(K,T) eval
             + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(ident.items())),
             "",
         ]
+    methods = summary["ci_methods"]
     lines += [
         f"{summary['episodes']} episodes, {len(summary['tasks'])} tasks, K={summary['max_k']}, "
-        f"{int(summary['level'] * 100)}% intervals: per task {summary['ci_methods']['per_task']}; "
-        f"overall {summary['ci_methods']['overall']}. `*` = budget beyond the training ceiling.",
-        "",
-        "## Pass@(k, T)",
+        f"{int(summary['level'] * 100)}% intervals: per task {methods['per_task']}; "
+        f"overall {methods['overall']}. `*` = budget beyond the training ceiling.",
         "",
     ]
+    return lines
+
+
+def _grid_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Pass@(k, T) with intervals per budget, and the spread of pass@1 across budgets."""
+    ks = range(1, int(summary["max_k"]) + 1)
     rows = []
-    for c in cells:
+    for c in summary["cells"]:
         t = f"{c['budget']}*" if c["extrapolated"] else str(c["budget"])
         rows.append([t, str(c["episodes"]), *(_ci(c["pass_at_k"][k - 1]) for k in ks)])
-    lines += _table(["T", "episodes", *(f"pass@{k}" for k in ks)], rows)
-    lines += ["", f"Std of pass@1 across budgets: {summary['pass1_std_across_budgets']:.3f}", ""]
-    lines += ["## Failure breakdown (share of episodes)", ""]
+    return [
+        "## Pass@(k, T)",
+        "",
+        *_table(["T", "episodes", *(f"pass@{k}" for k in ks)], rows),
+        "",
+        f"Std of pass@1 across budgets: {summary['pass1_std_across_budgets']:.3f}",
+        "",
+    ]
+
+
+def _failure_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The share of episodes per failure category seen in any cell."""
     cats = [c for c in FAILURE_CATEGORIES if any(cell["failures"].get(c) for cell in cells)]
     rows = [
         [str(c["budget"]), *(f"{c['failures'].get(k, 0) / c['episodes']:.2f}" for k in cats)]
         for c in cells
     ]
-    lines += _table(["T", *cats], rows)
-    lines += ["", "## Recovery", ""]
-    rows = []
-    for c in cells:
-        r = c["recovery"]
-        rows.append(
-            [
-                str(c["budget"]),
-                f"{r['mistake_rate']:.3f}",
-                f"{r['episodes_with_mistakes']:.2f}",
-                _opt(r["recovery_rate"]),
-                _opt(r["turns_to_recover_mean"], ".2f"),
-                _opt(r["recovered_in_budget"]),
-                _opt(r["success_after_mistake"]),
-            ]
-        )
-    lines += _table(
+    return ["## Failure breakdown (share of episodes)", "", *_table(["T", *cats], rows)]
+
+
+_RECOVERY_COLUMNS = (
+    ("mistakes/call", "mistake_rate", ".3f"),
+    ("eps w/ mistake", "episodes_with_mistakes", ".2f"),
+    ("recovery rate", "recovery_rate", ".3f"),
+    ("turns to recover", "turns_to_recover_mean", ".2f"),
+    ("recovered in budget", "recovered_in_budget", ".3f"),
+    ("success after mistake", "success_after_mistake", ".3f"),
+)
+_FAULT_COLUMNS = (
+    ("fault step", "fault_step", None),
+    ("budget left", "budget_left", None),
+    ("reached", "episodes_reached", None),
+    ("recovered", "recovered", ".3f"),
+    ("solved", "solved", ".3f"),
+    ("turns to recover", "turns_to_recover_mean", ".2f"),
+)
+_COST_COLUMNS = (
+    ("model calls", "model_calls", ".2f"),
+    ("env calls", "env_calls", ".2f"),
+    ("tool calls", "tool_calls", ".2f"),
+    ("tokens", "tokens", ".0f"),
+    ("USD", "cost_usd", ".4f"),
+    ("p50 s", "latency_p50", ".3f"),
+    ("p95 s", "latency_p95", ".3f"),
+    ("p99 s", "latency_p99", ".3f"),
+    ("exhausted", "exhaustion_rate", ".2f"),
+)
+
+
+def _columns_table(
+    columns: Sequence[tuple[str, str, str | None]],
+    rows: Sequence[tuple[int, Mapping[str, Any]]],
+) -> list[str]:
+    """A table with T first, then one column per ``(head, key, format)``.
+
+    A ``None`` format prints the value with ``str``; otherwise a ``None`` value
+    prints as ``-``.
+    """
+    body = [
         [
-            "T",
-            "mistakes/call",
-            "eps w/ mistake",
-            "recovery rate",
-            "turns to recover",
-            "recovered in budget",
-            "success after mistake",
-        ],
-        rows,
-    )
-    faults = [c for c in cells if "fault" in c["recovery"]]
-    if faults:
-        lines += ["", "## Injected fault", ""]
-        rows = [
-            [
-                str(c["budget"]),
-                str(f["fault_step"]),
-                str(f["budget_left"]),
-                str(f["episodes_reached"]),
-                _opt(f["recovered"]),
-                _opt(f["solved"]),
-                _opt(f["turns_to_recover_mean"], ".2f"),
-            ]
-            for c in faults
-            for f in [c["recovery"]["fault"]]
+            str(budget),
+            *(str(v[key]) if fmt is None else _opt(v[key], fmt) for _, key, fmt in columns),
         ]
-        lines += _table(
-            [
-                "T",
-                "fault step",
-                "budget left",
-                "reached",
-                "recovered",
-                "solved",
-                "turns to recover",
-            ],
-            rows,
-        )
-    lines += ["", "## Cost per episode", ""]
-    rows = [
-        [
-            str(c["budget"]),
-            f"{c['cost']['model_calls']:.2f}",
-            f"{c['cost']['env_calls']:.2f}",
-            f"{c['cost']['tool_calls']:.2f}",
-            f"{c['cost']['tokens']:.0f}",
-            f"{c['cost']['cost_usd']:.4f}",
-            f"{c['cost']['latency_p50']:.3f}",
-            f"{c['cost']['latency_p95']:.3f}",
-            f"{c['cost']['latency_p99']:.3f}",
-            f"{c['cost']['exhaustion_rate']:.2f}",
-        ]
-        for c in cells
+        for budget, v in rows
     ]
-    lines += _table(
-        [
-            "T",
-            "model calls",
-            "env calls",
-            "tool calls",
-            "tokens",
-            "USD",
-            "p50 s",
-            "p95 s",
-            "p99 s",
-            "exhausted",
-        ],
-        rows,
-    )
-    fr = summary["frontier"]
-    lines += ["", f"## Best (k, T) at a cost ({fr['metric']} = k x mean per attempt)", ""]
+    return _table(["T", *(head for head, _, _ in columns)], body)
+
+
+def _recovery_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Mistakes, recovery, and the injected fault when the run had one."""
+    lines = ["## Recovery", ""]
+    lines += _columns_table(_RECOVERY_COLUMNS, [(c["budget"], c["recovery"]) for c in cells])
+    faults = [(c["budget"], c["recovery"]["fault"]) for c in cells if "fault" in c["recovery"]]
+    if faults:
+        lines += ["", "## Injected fault", "", *_columns_table(_FAULT_COLUMNS, faults)]
+    return lines
+
+
+def _cost_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Means per episode of calls, tokens and USD; latency percentiles; exhaustion."""
+    rows = [(c["budget"], c["cost"]) for c in cells]
+    return ["## Cost per episode", "", *_columns_table(_COST_COLUMNS, rows)]
+
+
+def _frontier_lines(frontier: Mapping[str, Any]) -> list[str]:
+    """The Pareto points of (k, T): the best pass@k at each cost."""
     rows = [
         [f"{p['cost']:.2f}", str(p["k"]), str(p["budget"]), f"{p['success']:.3f}"]
-        for p in fr["pareto"]
+        for p in frontier["pareto"]
     ]
-    lines += _table(["cost", "k", "T", "pass@k"], rows)
+    return [
+        f"## Best (k, T) at a cost ({frontier['metric']} = k x mean per attempt)",
+        "",
+        *_table(["cost", "k", "T", "pass@k"], rows),
+    ]
+
+
+def markdown_report(summary: Mapping[str, Any], *, title: str = "Pass@(K,T) evaluation") -> str:
+    """The markdown of a summary: grid, failures, recovery, cost, frontier."""
+    cells = summary["cells"]
+    lines = _title_lines(summary, title) + _grid_lines(summary) + _failure_lines(cells)
+    for section in (
+        _recovery_lines(cells),
+        _cost_lines(cells),
+        _frontier_lines(summary["frontier"]),
+    ):
+        lines += ["", *section]
     return "\n".join(lines) + "\n"
 
 
@@ -230,6 +238,50 @@ def _per_task(records: Sequence[EpisodeRecord]) -> dict[int, dict[str, tuple[int
     return {b: {t: (v[0], v[1]) for t, v in ts.items()} for b, ts in acc.items()}
 
 
+def _compare_budget(
+    a: Mapping[str, tuple[int, int]],
+    b: Mapping[str, tuple[int, int]],
+    budget: int,
+    *,
+    k: int,
+    level: float,
+    n_boot: int,
+    seed: int,
+) -> dict[str, Any]:
+    """One budget's comparison row: each run's pass@k and the difference ``b - a``."""
+    side: dict[str, Any] = {}
+    vals: dict[str, dict[str, float]] = {}
+    for key, cells in (("a", a), ("b", b)):
+        counts = [TaskCounts(task, n, c) for task, (n, c) in sorted(cells.items())]
+        summ = pass_at_k_summary(counts, k, level=level, n_boot=n_boot, seed=seed)
+        side[key] = summ.overall[k - 1].to_dict()
+        vals[key] = {task: pass_at_k(n, c, k) for task, (n, c) in cells.items()}
+    diff, lo, hi, paired = bootstrap_difference(
+        vals["a"], vals["b"], level=level, n_boot=n_boot, seed=seed + budget
+    )
+    return {"budget": budget, **side, "diff": {"value": diff, "lo": lo, "hi": hi}, "paired": paired}
+
+
+def _comparison_markdown(comparison: Mapping[str, Any]) -> str:
+    """``comparison.md``: one row per budget, ``b - a`` with its interval."""
+    la, lb = comparison["labels"]
+    k, level = comparison["k"], comparison["level"]
+    md = [
+        f"# {lb} vs {la}: pass@{k} per budget",
+        "",
+        f"{int(level * 100)}% intervals; difference = {lb} - {la}, bootstrap over tasks.",
+        "",
+    ]
+    md += _table(
+        ["T", la, lb, f"{lb} - {la}", "paired"],
+        [
+            [str(r["budget"]), _ci(r["a"]), _ci(r["b"]), _ci(r["diff"]), str(r["paired"])]
+            for r in comparison["rows"]
+        ],
+    )
+    return "\n".join(md) + "\n"
+
+
 def compare_runs(
     a_path: PathLike,
     b_path: PathLike,
@@ -257,21 +309,9 @@ def compare_runs(
     common = sorted(set(ca) & set(cb))
     if not common:
         raise ConfigError("the two runs share no budget")
-    rows: list[dict[str, Any]] = []
-    for t in common:
-        side: dict[str, Any] = {}
-        vals: dict[str, dict[str, float]] = {}
-        for key, cells in (("a", ca[t]), ("b", cb[t])):
-            counts = [TaskCounts(task, n, c) for task, (n, c) in sorted(cells.items())]
-            summ = pass_at_k_summary(counts, k, level=level, n_boot=n_boot, seed=seed)
-            side[key] = summ.overall[k - 1].to_dict()
-            vals[key] = {task: pass_at_k(n, c, k) for task, (n, c) in cells.items()}
-        diff, lo, hi, paired = bootstrap_difference(
-            vals["a"], vals["b"], level=level, n_boot=n_boot, seed=seed + t
-        )
-        rows.append(
-            {"budget": t, **side, "diff": {"value": diff, "lo": lo, "hi": hi}, "paired": paired}
-        )
+    rows = [
+        _compare_budget(ca[t], cb[t], t, k=k, level=level, n_boot=n_boot, seed=seed) for t in common
+    ]
     comparison: dict[str, Any] = {
         "labels": list(labels),
         "k": k,
@@ -283,21 +323,7 @@ def compare_runs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
-    la, lb = labels
-    md = [
-        f"# {lb} vs {la}: pass@{k} per budget",
-        "",
-        f"{int(level * 100)}% intervals; difference = {lb} - {la}, bootstrap over tasks.",
-        "",
-    ]
-    md += _table(
-        ["T", la, lb, f"{lb} - {la}", "paired"],
-        [
-            [str(r["budget"]), _ci(r["a"]), _ci(r["b"]), _ci(r["diff"]), str(r["paired"])]
-            for r in rows
-        ],
-    )
-    (out / "comparison.md").write_text("\n".join(md) + "\n")
+    (out / "comparison.md").write_text(_comparison_markdown(comparison))
     comparison["files"] = {
         "json": str(out / "comparison.json"),
         "markdown": str(out / "comparison.md"),
