@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from budgetmix.evaluation.failures import FAILURE_CATEGORIES
-from budgetmix.evaluation.passk import TaskCounts, pass_at_k_summary
+from budgetmix.evaluation.passk import PassKSummary, TaskCounts, pass_at_k_summary
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.exceptions import ConfigError
 
@@ -129,6 +129,41 @@ def _cost(rs: Sequence[EpisodeRecord]) -> dict[str, Any]:
     }
 
 
+def _task_counts(rs: Sequence[EpisodeRecord]) -> list[TaskCounts]:
+    """Attempts and successes per task, in task order."""
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    for r in rs:
+        per_task[r.task_id].append(r.success)
+    return [TaskCounts(t, len(v), sum(v)) for t, v in sorted(per_task.items())]
+
+
+def _failures(rs: Sequence[EpisodeRecord]) -> dict[str, int]:
+    """Episodes per failure category (every known category, zero included)."""
+    failures = {c: 0 for c in FAILURE_CATEGORIES}
+    for r in rs:
+        failures[r.failure] = failures.get(r.failure, 0) + 1
+    return failures
+
+
+def _cell(
+    budget: int, rs: Sequence[EpisodeRecord], counts: Sequence[TaskCounts], pk: PassKSummary
+) -> dict[str, Any]:
+    """The summary of one budget's episodes."""
+    return {
+        "budget": budget,
+        "extrapolated": any(r.extrapolated for r in rs),
+        "episodes": len(rs),
+        "tasks": len(counts),
+        "derived": sum(1 for r in rs if r.derived),
+        "success_rate": sum(1 for r in rs if r.success) / len(rs),
+        "pass_at_k": [e.to_dict() for e in pk.overall],
+        "per_task": {t: [e.value for e in es] for t, es in pk.per_task.items()},
+        "failures": _failures(rs),
+        "recovery": _recovery(rs),
+        "cost": _cost(rs),
+    }
+
+
 def summarize(
     records: Sequence[EpisodeRecord],
     *,
@@ -148,45 +183,21 @@ def summarize(
     for r in records:
         by_budget[r.budget].append(r)
     metric = _cost_metric(records)
+    counts = {budget: _task_counts(by_budget[budget]) for budget in sorted(by_budget)}
+    top_k = min(min(c.n for c in cs) for cs in counts.values())
+    if max_k is not None:
+        top_k = min(max_k, top_k)
     cells: list[dict[str, Any]] = []
-    top_k: int | None = max_k
-    for budget in sorted(by_budget):
-        rs = by_budget[budget]
-        per_task: dict[str, list[bool]] = defaultdict(list)
-        for r in rs:
-            per_task[r.task_id].append(r.success)
-        counts = [TaskCounts(t, len(v), sum(v)) for t, v in sorted(per_task.items())]
-        k_cell = min(c.n for c in counts)
-        top_k = k_cell if top_k is None else min(top_k, k_cell)
-        cells.append({"budget": budget, "_counts": counts, "_records": rs})
-    assert top_k is not None
     frontier: list[dict[str, Any]] = []
-    for cell in cells:
-        rs = cell.pop("_records")
-        counts = cell.pop("_counts")
-        pk = pass_at_k_summary(counts, top_k, level=level, n_boot=n_boot, seed=seed)
-        failures = {c: 0 for c in FAILURE_CATEGORIES}
-        for r in rs:
-            failures[r.failure] = failures.get(r.failure, 0) + 1
+    for budget, cs in counts.items():
+        rs = by_budget[budget]
+        pk = pass_at_k_summary(cs, top_k, level=level, n_boot=n_boot, seed=seed)
         attempt_cost = sum(_cost_of(r, metric) for r in rs) / len(rs)
-        for e in pk.overall:
-            frontier.append(
-                {"k": e.k, "budget": cell["budget"], "cost": e.k * attempt_cost, "success": e.value}
-            )
-        cell.update(
-            {
-                "extrapolated": any(r.extrapolated for r in rs),
-                "episodes": len(rs),
-                "tasks": len(counts),
-                "derived": sum(1 for r in rs if r.derived),
-                "success_rate": sum(1 for r in rs if r.success) / len(rs),
-                "pass_at_k": [e.to_dict() for e in pk.overall],
-                "per_task": {t: [e.value for e in es] for t, es in pk.per_task.items()},
-                "failures": failures,
-                "recovery": _recovery(rs),
-                "cost": _cost(rs),
-            }
-        )
+        frontier += [
+            {"k": e.k, "budget": budget, "cost": e.k * attempt_cost, "success": e.value}
+            for e in pk.overall
+        ]
+        cells.append(_cell(budget, rs, cs, pk))
     pass1 = [c["pass_at_k"][0]["value"] for c in cells]
     return {
         "episodes": len(records),
