@@ -10,6 +10,7 @@ records of every smaller budget from one run of a budget-blind agent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -139,6 +140,28 @@ def _done(ep: Episode) -> EpisodeResult:
     return ep.result
 
 
+def _fault_outcome(
+    steps: Sequence[Step], fault_step: int | None
+) -> tuple[bool, bool | None, int | None]:
+    """Whether the fault was reached, whether a good step followed it, and how many
+    turns after the fault that step came (None when not reached or never recovered)."""
+    if fault_step is None or len(steps) < fault_step:
+        return False, None, None
+    later = next((i + 1 for i, s in enumerate(steps) if i + 1 > fault_step and s.ok), None)
+    return True, later is not None, later - fault_step if later is not None else None
+
+
+def _failure(result: EpisodeResult, steps: Sequence[Step], raised: str | None) -> str:
+    """The failure category from the status, the last step's labels and what was raised."""
+    last = steps[-1] if steps else None
+    return classify_failure(
+        result.status,
+        last_mistake=last.mistake if last else None,
+        last_info={"failure": last.failure_hint} if last and last.failure_hint else None,
+        exception=raised,
+    )
+
+
 def make_record(
     key: EpisodeKey,
     budget: int,
@@ -157,22 +180,8 @@ def make_record(
     # failed (a budget that ran out first ends budget_exhausted instead)
     ended_here = steps_used == len(traj.steps) and result.status is EpisodeStatus.FAILED
     raised = traj.exception if ended_here else None
-    last = steps[-1] if steps else None
-    failure = classify_failure(
-        result.status,
-        last_mistake=last.mistake if last else None,
-        last_info={"failure": last.failure_hint} if last and last.failure_hint else None,
-        exception=raised,
-    )
-    success_turn = next((i + 1 for i, s in enumerate(steps) if s.success), None)
     recovered = {m for r in result.recoveries for m in r.recovered}
-    fault_injected = fault_step is not None and len(steps) >= fault_step
-    fault_recovered: bool | None = None
-    fault_turns: int | None = None
-    if fault_injected and fault_step is not None:
-        later = next((i + 1 for i, s in enumerate(steps) if i + 1 > fault_step and s.ok), None)
-        fault_recovered = later is not None
-        fault_turns = later - fault_step if later is not None else None
+    fault_injected, fault_recovered, fault_turns = _fault_outcome(steps, fault_step)
     return EpisodeRecord(
         task_id=key.task_id,
         budget=budget,
@@ -181,9 +190,9 @@ def make_record(
         env_seed=key.env_seed,
         success=result.success,
         status=str(result.status),
-        failure=failure,
+        failure=_failure(result, steps, raised),
         turns_used=result.turns_used,
-        success_turn=success_turn,
+        success_turn=next((i + 1 for i, s in enumerate(steps) if s.success), None),
         model_calls=result.turns_used,
         env_calls=len(steps),
         tool_calls=int(result.used.get("tool_calls", 0)) + sum(s.tool_calls for s in steps),
