@@ -16,7 +16,7 @@ from typing import Any
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
 from budgetmix.events import EpisodeResult, EpisodeStatus
-from budgetmix.policy import EveryTurnNotice
+from budgetmix.policy import NotifyEveryTurn
 from rich.console import Console
 from rich.table import Table
 
@@ -133,7 +133,7 @@ def deploy_checkpoint(
             Budget(turns=turns),
             name="frozenlake-agent",
             provider_name="local",
-            notice=EveryTurnNotice(notice_format),
+            notice=NotifyEveryTurn(notice_format),
         )
         for i in range(episodes):
             seed = DEPLOY_SEED_BASE + 1000 * turns + i

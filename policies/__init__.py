@@ -9,8 +9,12 @@
 - :mod:`~budgetmix.policies.config`: the one config bundle the CLI, the evaluator
   and training read, and ``build_controller_kwargs``.
 
-Policies are frozen objects with one method over the episode's read-only
-state; rules of a family compose with ``|``. See ``docs/policies.md``.
+Rules are frozen objects with one method over the episode's read-only state,
+named by what they do and when: ``Notify*`` (notice), ``Extend*`` (extension),
+``Stop*`` (early stop). Rules of a family compose with ``|`` into :class:`AnyOf`.
+Their bases, :class:`AnyOf` and the default :class:`NotifyEveryTurn` live in the
+core (:mod:`budgetmix.policy`), which the controller falls back on; they are
+exported here too, so one import gives every rule. See ``docs/policies.md``.
 """
 
 from budgetmix.policies.accounting import (
@@ -24,8 +28,6 @@ from budgetmix.policies.accounting import (
 )
 from budgetmix.policies.config import PolicyConfig, build_controller_kwargs, policy_from_config
 from budgetmix.policies.early_stop import (
-    EarlyStopRule,
-    StopAny,
     StopOnRepeatedMistakes,
     StopWithoutProgress,
     early_stop_from_config,
@@ -38,10 +40,8 @@ from budgetmix.policies.exhaustion import (
 from budgetmix.policies.extension import (
     ON_DEMAND_GRANTS_KEY,
     REQUEST_MORE_TURNS,
-    ExtendAny,
-    ExtensionRule,
-    OnDemandExtension,
-    ProgressExtension,
+    ExtendOnDemand,
+    ExtendOnProgress,
     extension_from_config,
     find_on_demand,
     request_more_turns_result,
@@ -49,9 +49,6 @@ from budgetmix.policies.extension import (
     with_free_request_tool,
 )
 from budgetmix.policies.notice import (
-    NoticeRule,
-    NotifyAny,
-    NotifyEveryTurn,
     NotifyFinalTurn,
     NotifyNever,
     NotifyWhenAtMost,
@@ -65,6 +62,14 @@ from budgetmix.policies.samplers import (
     PercentileCeiling,
     sampler_from_config,
 )
+from budgetmix.policy import (
+    AnyOf,
+    EarlyStopRule,
+    ExtensionRule,
+    NoticeRule,
+    NotifyEveryTurn,
+    Rule,
+)
 
 __all__ = [
     "ACCOUNTING_PRESETS",
@@ -74,24 +79,23 @@ __all__ = [
     "ON_DEMAND_GRANTS_KEY",
     "PER_TOOL_CALL_TURNS",
     "REQUEST_MORE_TURNS",
+    "AnyOf",
     "BudgetDraw",
     "BudgetMix",
     "BudgetSampler",
     "EarlyStopRule",
-    "ExtendAny",
+    "ExtendOnDemand",
+    "ExtendOnProgress",
     "ExtensionRule",
     "FixedBudget",
     "NoticeRule",
-    "NotifyAny",
     "NotifyEveryTurn",
     "NotifyFinalTurn",
     "NotifyNever",
     "NotifyWhenAtMost",
-    "OnDemandExtension",
     "PercentileCeiling",
     "PolicyConfig",
-    "ProgressExtension",
-    "StopAny",
+    "Rule",
     "StopOnRepeatedMistakes",
     "StopWithoutProgress",
     "accounting_from_config",

@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from budgetmix._validate import check_keys, check_mapping, check_names
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.exceptions import ConfigError
-from budgetmix.policies import _validate as v
+from budgetmix.policies._from_config import build
 
 __all__ = [
     "ACCOUNTING_PRESETS",
@@ -44,8 +45,7 @@ ACCOUNTING_PRESETS: Mapping[str, AccountingPolicy] = MappingProxyType(
     }
 )
 
-_BOOL_FIELDS = ("count_retries", "count_failed_requests", "count_failed_tool_calls")
-_FIELDS = ("name", "turn_unit", *_BOOL_FIELDS, "refunded_tools")
+_FIELDS = tuple(f.name for f in dataclasses.fields(AccountingPolicy))
 
 
 def accounting_preset(name: str, *, path: str = "accounting") -> AccountingPolicy:
@@ -62,15 +62,6 @@ def accounting_preset(name: str, *, path: str = "accounting") -> AccountingPolic
         ) from None
 
 
-def _tool_names(path: str, names: Any) -> frozenset[str]:
-    if isinstance(names, str) or not isinstance(names, list | tuple | set | frozenset):
-        raise ConfigError(f"{path} must be a list of tool names, got {names!r}")
-    for n in names:
-        if not isinstance(n, str) or not n:
-            raise ConfigError(f"{path} entries must be non-empty strings, got {n!r}")
-    return frozenset(names)
-
-
 def refund_tools(*names: str, base: AccountingPolicy = DEFAULT_ACCOUNTING) -> AccountingPolicy:
     """``base`` with calls of ``names`` free of tool-call charges.
 
@@ -82,7 +73,7 @@ def refund_tools(*names: str, base: AccountingPolicy = DEFAULT_ACCOUNTING) -> Ac
     """
     if not names:
         raise ConfigError("refund_tools needs at least one tool name")
-    tools = _tool_names("refund_tools.names", names)
+    tools = check_names("refund_tools.names", names)
     if tools <= base.refunded_tools:
         return base
     name = "refund_tools" if base.name == "default" else f"{base.name}+refund_tools"
@@ -111,22 +102,11 @@ def accounting_from_config(
         return DEFAULT_ACCOUNTING
     if isinstance(config, str):
         return accounting_preset(config, path=path)
-    cfg = v.mapping(path, config)
-    v.only_keys(path, cfg, ("preset", *_FIELDS))
+    cfg = check_mapping(path, config)
+    check_keys(path, cfg, ("preset", *_FIELDS))
     base = accounting_preset(cfg.pop("preset", "default"), path=path)
     if not cfg:
         return base
-    if "name" in cfg and (not isinstance(cfg["name"], str) or not cfg["name"]):
-        raise ConfigError(f"{path}.name must be a non-empty string, got {cfg['name']!r}")
-    for key in _BOOL_FIELDS:
-        if key in cfg:
-            v.boolean(f"{path}.{key}", cfg[key])
-    if "turn_unit" in cfg and cfg["turn_unit"] not in ("response", "tool_call"):
-        raise ConfigError(
-            f"{path}.turn_unit must be 'response' or 'tool_call', got {cfg['turn_unit']!r}"
-        )
-    if "refunded_tools" in cfg:
-        cfg["refunded_tools"] = _tool_names(f"{path}.refunded_tools", cfg["refunded_tools"])
     # a changed rule set must not keep a preset's label on traces
     cfg.setdefault("name", "custom")
-    return dataclasses.replace(base, **cfg)
+    return build(AccountingPolicy, "accounting", {**base.to_dict(), **cfg}, path=path)

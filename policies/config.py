@@ -23,37 +23,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from budgetmix._validate import check_instance, check_keys, check_mapping
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.exceptions import ConfigError
-from budgetmix.policies import _validate as v
 from budgetmix.policies.accounting import (
     ACCOUNTING_PRESETS,
     accounting_from_config,
     accounting_to_config,
 )
-from budgetmix.policies.early_stop import EarlyStopRule, early_stop_from_config
-from budgetmix.policies.exhaustion import (
-    DEFAULT_EXHAUSTION,
-    exhaustion_from_config,
-)
+from budgetmix.policies.early_stop import early_stop_from_config
+from budgetmix.policies.exhaustion import DEFAULT_EXHAUSTION, exhaustion_from_config
 from budgetmix.policies.extension import (
-    ExtensionRule,
     extension_from_config,
     find_on_demand,
     with_free_request_tool,
 )
-from budgetmix.policies.notice import NoticeRule, NotifyEveryTurn, notice_from_config
+from budgetmix.policies.notice import notice_from_config
 from budgetmix.policies.samplers import BudgetSampler, sampler_from_config
-from budgetmix.policy import ExhaustionMode
+from budgetmix.policy import (
+    EarlyStopRule,
+    ExhaustionMode,
+    ExtensionRule,
+    NoticeRule,
+    NotifyEveryTurn,
+    Rule,
+)
 
 __all__ = ["PolicyConfig", "build_controller_kwargs", "policy_from_config"]
 
 _KEYS = ("notice", "exhaustion", "extension", "early_stop", "sampler", "accounting")
 
 
-def _expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
-    if not isinstance(value, kind):
-        raise ConfigError(f"PolicyConfig.{path} must be {what}, got {type(value).__name__}")
+def _check_rule(field: str, value: Any, family: type[Rule[Any]], optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, Rule) or value.family() is not family:
+        wanted = f"a {family.family_name}{' or None' if optional else ''}"
+        raise ConfigError(f"PolicyConfig.{field} must be {wanted}, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,23 +70,22 @@ class PolicyConfig:
         ConfigError: a field of the wrong type or an invalid exhaustion mode.
     """
 
-    notice: NoticeRule = field(default_factory=NotifyEveryTurn)
+    notice: Rule[NoticeRule] = field(default_factory=NotifyEveryTurn)
     exhaustion: ExhaustionMode = DEFAULT_EXHAUSTION
-    extension: ExtensionRule | None = None
-    early_stop: EarlyStopRule | None = None
+    extension: Rule[ExtensionRule] | None = None
+    early_stop: Rule[EarlyStopRule] | None = None
     sampler: BudgetSampler | None = None
     accounting: AccountingPolicy = DEFAULT_ACCOUNTING
 
     def __post_init__(self) -> None:
-        _expect("notice", self.notice, NoticeRule, "a notice rule")
+        _check_rule("notice", self.notice, NoticeRule, optional=False)
         exhaustion_from_config(self.exhaustion, path="PolicyConfig.exhaustion")
-        if self.extension is not None:
-            _expect("extension", self.extension, ExtensionRule, "an extension rule or None")
-        if self.early_stop is not None:
-            _expect("early_stop", self.early_stop, EarlyStopRule, "an early-stop rule or None")
-        if self.sampler is not None:
-            _expect("sampler", self.sampler, BudgetSampler, "a budget sampler or None")
-        _expect("accounting", self.accounting, AccountingPolicy, "an AccountingPolicy")
+        _check_rule("extension", self.extension, ExtensionRule, optional=True)
+        _check_rule("early_stop", self.early_stop, EarlyStopRule, optional=True)
+        wanted = "a budget sampler or None"
+        check_instance("PolicyConfig.sampler", self.sampler, BudgetSampler | None, wanted)
+        wanted = "an AccountingPolicy"
+        check_instance("PolicyConfig.accounting", self.accounting, AccountingPolicy, wanted)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> PolicyConfig:
@@ -89,17 +94,10 @@ class PolicyConfig:
         Raises:
             ConfigError: unknown key, policy name or field, or a bad value; names the field.
         """
-        cfg = {} if config is None else v.mapping("policies", config)
-        v.only_keys("policies", cfg, _KEYS)
+        cfg = {} if config is None else check_mapping("policies", config)
+        check_keys("policies", cfg, _KEYS)
         sampler_cfg = cfg.get("sampler")
-        sampler = None
-        if sampler_cfg is not None:
-            try:
-                sampler = sampler_from_config(v.mapping("sampler", sampler_cfg))
-            except (TypeError, ValueError) as exc:
-                # ConfigError is a ValueError; a bad list value (e.g. a string of
-                # fractions) surfaces as a plain ValueError from float()
-                raise ConfigError(f"sampler: {exc}") from None
+        sampler = None if sampler_cfg is None else sampler_from_config(sampler_cfg)
         return cls(
             notice=notice_from_config(cfg.get("notice")),
             exhaustion=exhaustion_from_config(cfg.get("exhaustion")),

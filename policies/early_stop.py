@@ -14,53 +14,16 @@ reports can group them.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from budgetmix.events import MistakeKind
-from budgetmix.exceptions import ConfigError
-from budgetmix.policies import _validate as v
-from budgetmix.policy import EpisodeView
+from budgetmix._validate import check_int
+from budgetmix.events import MistakeKind, mistake_kind
+from budgetmix.policies._from_config import rule_from_config
+from budgetmix.policy import EarlyStopRule, EpisodeView, Rule
 
-__all__ = [
-    "EarlyStopRule",
-    "StopAny",
-    "StopOnRepeatedMistakes",
-    "StopWithoutProgress",
-    "early_stop_from_config",
-]
-
-
-class EarlyStopRule(ABC):
-    """Base of the early-stop rules: a :class:`budgetmix.policy.EarlyStopPolicy` that composes."""
-
-    __slots__ = ()
-
-    @abstractmethod
-    def check(self, view: EpisodeView) -> str | None:
-        """The reason to stop the episode now, or ``None`` to go on."""
-
-    @abstractmethod
-    def to_config(self) -> dict[str, Any]:
-        """The rule as a config mapping; :func:`early_stop_from_config` inverts it."""
-
-    def __or__(self, other: EarlyStopRule) -> StopAny:
-        """Stop when either rule does."""
-        if not isinstance(other, EarlyStopRule):
-            return NotImplemented
-        left = self.rules if isinstance(self, StopAny) else (self,)
-        right = other.rules if isinstance(other, StopAny) else (other,)
-        return StopAny((*left, *right))
-
-
-def _mistake_kind(path: str, value: Any) -> MistakeKind:
-    try:
-        return MistakeKind(value)
-    except ValueError:
-        known = ", ".join(k.value for k in MistakeKind)
-        raise ConfigError(f"{path} must be a mistake kind ({known}), got {value!r}") from None
+__all__ = ["StopOnRepeatedMistakes", "StopWithoutProgress", "early_stop_from_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +37,17 @@ class StopOnRepeatedMistakes(EarlyStopRule):
 
     n: int = 3
     mistake: MistakeKind | str | None = None
+    config_kind: ClassVar[str] = "repeated_mistakes"
 
     def __post_init__(self) -> None:
-        v.positive_int("StopOnRepeatedMistakes.n", self.n)
+        check_int("StopOnRepeatedMistakes.n", self.n, minimum=1)
         if self.mistake is not None:
-            kind = _mistake_kind("StopOnRepeatedMistakes.mistake", self.mistake)
+            kind = mistake_kind(self.mistake, "StopOnRepeatedMistakes.mistake")
             object.__setattr__(self, "mistake", kind)
 
     def check(self, view: EpisodeView) -> str | None:
+        """``"repeated_mistakes: <n> consecutive <kind>"`` once the last ``n`` steps
+        failed with one (matching) mistake kind."""
         recent = view.steps[-self.n :]
         if len(recent) < self.n:
             return None
@@ -92,12 +58,6 @@ class StopOnRepeatedMistakes(EarlyStopRule):
         if kind is None or (self.mistake is not None and kind != self.mistake):
             return None
         return f"repeated_mistakes: {self.n} consecutive {kind}"
-
-    def to_config(self) -> dict[str, Any]:
-        cfg: dict[str, Any] = {"kind": "repeated_mistakes", "n": self.n}
-        if self.mistake is not None:
-            cfg["mistake"] = str(self.mistake)
-        return cfg
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,57 +71,25 @@ class StopWithoutProgress(EarlyStopRule):
     """
 
     turns: int = 5
+    config_kind: ClassVar[str] = "no_progress"
 
     def __post_init__(self) -> None:
-        v.positive_int("StopWithoutProgress.turns", self.turns)
+        check_int("StopWithoutProgress.turns", self.turns, minimum=1)
 
     def check(self, view: EpisodeView) -> str | None:
+        """``"no_progress: <turns> turns"`` once that many turns passed without progress."""
         last = max((step.turn for step in view.steps if step.progress), default=0)
         if view.state.turns_used - last >= self.turns:
             return f"no_progress: {self.turns} turns"
         return None
 
-    def to_config(self) -> dict[str, Any]:
-        return {"kind": "no_progress", "turns": self.turns}
 
-
-@dataclass(frozen=True, slots=True)
-class StopAny(EarlyStopRule):
-    """Stop when any of ``rules`` does, with the first rule's reason.
-    Built by ``rule_a | rule_b``.
-
-    Raises:
-        ConfigError: no rules, or a rule that is not an :class:`EarlyStopRule`.
-    """
-
-    rules: tuple[EarlyStopRule, ...]
-
-    def __post_init__(self) -> None:
-        rules = tuple(self.rules)
-        if not rules:
-            raise ConfigError("StopAny.rules must not be empty")
-        for rule in rules:
-            if not isinstance(rule, EarlyStopRule):
-                raise ConfigError(f"StopAny.rules must be early-stop rules, got {rule!r}")
-        object.__setattr__(self, "rules", rules)
-
-    def check(self, view: EpisodeView) -> str | None:
-        for rule in self.rules:
-            reason = rule.check(view)
-            if reason:
-                return reason
-        return None
-
-    def to_config(self) -> dict[str, Any]:
-        return {"kind": "any", "of": [r.to_config() for r in self.rules]}
-
-
-_KINDS = ("repeated_mistakes", "no_progress", "any")
+_KINDS = (StopOnRepeatedMistakes, StopWithoutProgress)
 
 
 def early_stop_from_config(
     config: Mapping[str, Any] | str | None, *, path: str = "early_stop"
-) -> EarlyStopRule | None:
+) -> Rule[EarlyStopRule] | None:
     """Build an early-stop rule from ``{"kind": ..., ...}`` (or just the kind name).
 
     Kinds: ``repeated_mistakes`` (``n``, optional ``mistake`` kind), ``no_progress``
@@ -173,20 +101,4 @@ def early_stop_from_config(
     """
     if config is None or config == "off":
         return None
-    cfg: dict[str, Any] = {"kind": config} if isinstance(config, str) else v.mapping(path, config)
-    kind = v.kind(path, cfg, _KINDS)
-    if kind == "any":
-        return StopAny(v.any_of(path, cfg, early_stop_from_config))
-    if kind == "no_progress":
-        v.only_keys(path, cfg, ("turns",))
-        if "turns" in cfg:
-            v.positive_int(f"{path}.turns", cfg["turns"])
-        return StopWithoutProgress(**cfg)
-    v.only_keys(path, cfg, ("n", "mistake"))
-    if "n" in cfg:
-        v.positive_int(f"{path}.n", cfg["n"])
-    mistake = cfg.get("mistake")
-    return StopOnRepeatedMistakes(
-        n=cfg.get("n", 3),
-        mistake=None if mistake is None else _mistake_kind(f"{path}.mistake", mistake),
-    )
+    return rule_from_config(config, path=path, kinds=_KINDS, member=early_stop_from_config)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from budgetmix.exceptions import ConfigError
+from budgetmix._validate import check_choice
 from budgetmix.policy import ExhaustionMode
 
 __all__ = ["DEFAULT_EXHAUSTION", "EXHAUSTION_MODES", "exhaustion_from_config"]
@@ -32,9 +32,4 @@ def exhaustion_from_config(value: Any, *, path: str = "exhaustion") -> Exhaustio
     """
     if value is None:
         return DEFAULT_EXHAUSTION
-    for mode in EXHAUSTION_MODES:
-        if value == mode and isinstance(value, str):
-            return mode
-    raise ConfigError(
-        f"{path} must be one of {', '.join(repr(m) for m in EXHAUSTION_MODES)}, got {value!r}"
-    )
+    return check_choice(path, value, EXHAUSTION_MODES)

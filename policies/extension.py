@@ -2,12 +2,12 @@
 
 Two styles, composable with ``|`` (the first rule that grants wins):
 
-- :class:`OnDemandExtension` ("dynamic turns"): a fixed limit plus grants the
+- :class:`ExtendOnDemand` ("dynamic turns"): a fixed limit plus grants the
   agent asks for through the ``request_more_turns`` tool, ``step`` turns at most
   per grant and ``max_grants`` grants at most per episode. The adapters' loop
   exposes the tool when the controller's extension contains one
-  (:func:`find_on_demand`) and answers it with :meth:`OnDemandExtension.run_tool`.
-- :class:`ProgressExtension` (rule-based): when the turn limit refuses a turn,
+  (:func:`find_on_demand`) and answers it with :meth:`ExtendOnDemand.run_tool`.
+- :class:`ExtendOnProgress` (rule-based): when the turn limit refuses a turn,
   grant ``turns`` more if one of the last ``lookback`` steps made progress.
 
 Every grant goes through :meth:`budgetmix.Episode.grant`, so it is recorded as an
@@ -23,16 +23,15 @@ does this for you).
 from __future__ import annotations
 
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from budgetmix._validate import check_bool, check_int
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
-from budgetmix.exceptions import ConfigError
-from budgetmix.policies import _validate as v
+from budgetmix.policies._from_config import rule_from_config
 from budgetmix.policies.accounting import refund_tools
-from budgetmix.policy import EpisodeView, ExtensionPolicy
+from budgetmix.policy import AnyOf, EpisodeView, ExtensionRule, Rule
 
 if TYPE_CHECKING:
     from budgetmix.episode import Episode
@@ -40,10 +39,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ON_DEMAND_GRANTS_KEY",
     "REQUEST_MORE_TURNS",
-    "ExtendAny",
-    "ExtensionRule",
-    "OnDemandExtension",
-    "ProgressExtension",
+    "ExtendOnDemand",
+    "ExtendOnProgress",
     "extension_from_config",
     "find_on_demand",
     "request_more_turns_result",
@@ -101,30 +98,8 @@ def with_free_request_tool(accounting: AccountingPolicy = DEFAULT_ACCOUNTING) ->
     return refund_tools(REQUEST_MORE_TURNS, base=accounting)
 
 
-class ExtensionRule(ABC):
-    """Base of the extension rules: a :class:`budgetmix.policy.ExtensionPolicy` that composes."""
-
-    __slots__ = ()
-
-    @abstractmethod
-    def on_limit(self, view: EpisodeView, dimension: str) -> dict[str, float] | None:
-        """Amounts to grant now that ``dimension`` refused a turn, or ``None``."""
-
-    @abstractmethod
-    def to_config(self) -> dict[str, Any]:
-        """The rule as a config mapping; :func:`extension_from_config` inverts it."""
-
-    def __or__(self, other: ExtensionRule) -> ExtendAny:
-        """Ask this rule first, then ``other``."""
-        if not isinstance(other, ExtensionRule):
-            return NotImplemented
-        left = self.rules if isinstance(self, ExtendAny) else (self,)
-        right = other.rules if isinstance(other, ExtendAny) else (other,)
-        return ExtendAny((*left, *right))
-
-
 @dataclass(frozen=True, slots=True)
-class OnDemandExtension(ExtensionRule):
+class ExtendOnDemand(ExtensionRule):
     """Grants the agent asks for with ``request_more_turns``: ``min(requested, step)``
     turns per request, at most ``max_grants`` grants per episode.
 
@@ -134,10 +109,11 @@ class OnDemandExtension(ExtensionRule):
 
     step: int = 5
     max_grants: int = 2
+    config_kind: ClassVar[str] = "on_demand"
 
     def __post_init__(self) -> None:
-        v.positive_int("OnDemandExtension.step", self.step)
-        v.positive_int("OnDemandExtension.max_grants", self.max_grants)
+        check_int("ExtendOnDemand.step", self.step, minimum=1)
+        check_int("ExtendOnDemand.max_grants", self.max_grants, minimum=1)
 
     def on_limit(self, view: EpisodeView, dimension: str) -> dict[str, float] | None:
         """Nothing at the limit: this policy grants only when the agent asks."""
@@ -151,10 +127,10 @@ class OnDemandExtension(ExtensionRule):
         ``metadata["budgetmix.on_demand_grants"]`` (refusals too, with ``granted`` 0).
 
         Raises:
-            ValueError: ``n_requested`` is not an integer >= 1 (a bad tool argument).
+            ConfigError: ``n_requested`` is not an integer >= 1 (a bad tool argument;
+                a ``ValueError``).
         """
-        if isinstance(n_requested, bool) or not isinstance(n_requested, int) or n_requested < 1:
-            raise ValueError(f"turns must be an integer >= 1, got {n_requested!r}")
+        check_int("turns", n_requested, minimum=1)
         with _REQUEST_LOCK:
             log: list[dict[str, int]] = episode.metadata.setdefault(ON_DEMAND_GRANTS_KEY, [])
             done = sum(1 for entry in log if entry["granted"] > 0)
@@ -183,12 +159,9 @@ class OnDemandExtension(ExtensionRule):
             )
         return request_more_turns_result(self.request(episode, arguments["turns"]))
 
-    def to_config(self) -> dict[str, Any]:
-        return {"kind": "on_demand", "step": self.step, "max_grants": self.max_grants}
-
 
 @dataclass(frozen=True, slots=True)
-class ProgressExtension(ExtensionRule):
+class ExtendOnProgress(ExtensionRule):
     """When the turn limit refuses a turn, grant ``turns`` more if one of the last
     ``lookback`` steps made progress (``StepRecord.progress``).
 
@@ -203,13 +176,15 @@ class ProgressExtension(ExtensionRule):
     turns: int = 2
     once: bool = True
     lookback: int = 3
+    config_kind: ClassVar[str] = "progress"
 
     def __post_init__(self) -> None:
-        v.positive_int("ProgressExtension.turns", self.turns)
-        v.boolean("ProgressExtension.once", self.once)
-        v.positive_int("ProgressExtension.lookback", self.lookback)
+        check_int("ExtendOnProgress.turns", self.turns, minimum=1)
+        check_bool("ExtendOnProgress.once", self.once)
+        check_int("ExtendOnProgress.lookback", self.lookback, minimum=1)
 
     def on_limit(self, view: EpisodeView, dimension: str) -> dict[str, float] | None:
+        """``{"turns": turns}`` when the turn limit refused and recent steps made progress."""
         if dimension != "turns" or (self.once and view.grants > 0):
             return None
         remaining = view.state.remaining("turns")
@@ -220,71 +195,27 @@ class ProgressExtension(ExtensionRule):
             return None
         return {"turns": self.turns}
 
-    def to_config(self) -> dict[str, Any]:
-        return {
-            "kind": "progress",
-            "turns": self.turns,
-            "once": self.once,
-            "lookback": self.lookback,
-        }
 
-
-@dataclass(frozen=True, slots=True)
-class ExtendAny(ExtensionRule):
-    """Asks ``rules`` in order; the first grant wins. Built by ``rule_a | rule_b``.
-
-    Raises:
-        ConfigError: no rules, or a rule that is not an :class:`ExtensionRule`.
-    """
-
-    rules: tuple[ExtensionRule, ...]
-
-    def __post_init__(self) -> None:
-        rules = tuple(self.rules)
-        if not rules:
-            raise ConfigError("ExtendAny.rules must not be empty")
-        for rule in rules:
-            if not isinstance(rule, ExtensionRule):
-                raise ConfigError(f"ExtendAny.rules must be extension rules, got {rule!r}")
-        object.__setattr__(self, "rules", rules)
-
-    def on_limit(self, view: EpisodeView, dimension: str) -> dict[str, float] | None:
-        for rule in self.rules:
-            grant = rule.on_limit(view, dimension)
-            if grant:
-                return grant
-        return None
-
-    def to_config(self) -> dict[str, Any]:
-        return {"kind": "any", "of": [r.to_config() for r in self.rules]}
-
-
-def find_on_demand(policy: ExtensionPolicy | None) -> OnDemandExtension | None:
-    """The :class:`OnDemandExtension` in ``policy`` (itself or inside an :class:`ExtendAny`).
+def find_on_demand(policy: object) -> ExtendOnDemand | None:
+    """The :class:`ExtendOnDemand` in ``policy`` (itself or inside an :class:`AnyOf`).
 
     Adapters call this on ``controller.extension`` to decide whether to offer
     the ``request_more_turns`` tool.
     """
-    if isinstance(policy, OnDemandExtension):
+    if isinstance(policy, ExtendOnDemand):
         return policy
-    if isinstance(policy, ExtendAny):
-        for rule in policy.rules:
-            found = find_on_demand(rule)
-            if found is not None:
-                return found
+    if isinstance(policy, AnyOf):
+        # members are never AnyOf themselves: AnyOf flattens them
+        return next((r for r in policy.rules if isinstance(r, ExtendOnDemand)), None)
     return None
 
 
-_KINDS = ("on_demand", "progress", "any")
-_FIELDS: dict[str, tuple[str, ...]] = {
-    "on_demand": ("step", "max_grants"),
-    "progress": ("turns", "once", "lookback"),
-}
+_KINDS = (ExtendOnDemand, ExtendOnProgress)
 
 
 def extension_from_config(
     config: Mapping[str, Any] | str | None, *, path: str = "extension"
-) -> ExtensionRule | None:
+) -> Rule[ExtensionRule] | None:
     """Build an extension rule from ``{"kind": ..., ...}`` (or just the kind name).
 
     Kinds: ``on_demand`` (``step``, ``max_grants``), ``progress`` (``turns``,
@@ -296,16 +227,4 @@ def extension_from_config(
     """
     if config is None or config == "off":
         return None
-    cfg: dict[str, Any] = {"kind": config} if isinstance(config, str) else v.mapping(path, config)
-    kind = v.kind(path, cfg, _KINDS)
-    if kind == "any":
-        return ExtendAny(v.any_of(path, cfg, extension_from_config))
-    v.only_keys(path, cfg, _FIELDS[kind])
-    for key in ("step", "max_grants", "turns", "lookback"):
-        if key in cfg:
-            v.positive_int(f"{path}.{key}", cfg[key])
-    if "once" in cfg:
-        v.boolean(f"{path}.once", cfg["once"])
-    if kind == "on_demand":
-        return OnDemandExtension(**cfg)
-    return ProgressExtension(**cfg)
+    return rule_from_config(config, path=path, kinds=_KINDS, member=extension_from_config)

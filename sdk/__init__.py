@@ -38,7 +38,7 @@ from budgetmix.notice import (
     with_notice_openai_chat,
     with_notice_openai_responses,
 )
-from budgetmix.policy import EveryTurnNotice, StepRecord
+from budgetmix.policy import NotifyEveryTurn, StepRecord
 from budgetmix.provider_errors import classify_exception
 from budgetmix.retry import RetryPolicy
 from budgetmix.steps import ToolCall, Turn
@@ -60,13 +60,13 @@ __all__ = [
     "Episode",
     "EpisodeResult",
     "EpisodeStatus",
-    "EveryTurnNotice",
     "Hooks",
     "Ledger",
     "LedgerState",
     "MissingExtraError",
     "Mistake",
     "MistakeKind",
+    "NotifyEveryTurn",
     "ProviderError",
     "Recovery",
     "ResponseFormatError",

@@ -33,6 +33,7 @@ __all__ = [
     "check_keys",
     "check_list",
     "check_mapping",
+    "check_names",
     "check_number",
     "check_str",
     "check_tool_names",
@@ -92,9 +93,6 @@ def check_ints(field: str, values: Any, *, minimum: int = 0) -> tuple[int, ...]:
 def _number(field: str, value: Any) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{field} must be a number, got {type(value).__name__} {shown(value)}")
-    # compared before any float(): a huge int would overflow it, NaN fails every test
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{field} must be finite, got {shown(value)}")
     return value
 
 
@@ -114,6 +112,9 @@ def check_number(
             minimum (or at it, when ``positive``) or above ``maximum``; names ``field``.
     """
     number = _number(field, value)
+    # compared before any float(): a huge int would overflow it, NaN fails every test
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ConfigError(f"{field} must be finite, got {shown(value)}")
     if number < minimum or (positive and number == minimum):
         if minimum == 0:
             wanted = "positive" if positive else ">= 0"
@@ -138,10 +139,11 @@ def check_between(
     with ``open_low`` / ``open_high``): fractions, rates, percentiles.
 
     Raises:
-        ConfigError: not a finite real number, or outside the interval, which the
+        ConfigError: not a real number, or outside the interval (NaN is), which the
             message writes out (``"must lie in (0, 1]"``).
     """
     number = _number(field, value)
+    # NaN fails both tests; an infinity lies outside any finite interval
     above = number > low if open_low else number >= low
     below = number < high if open_high else number <= high
     if not (above and below):
@@ -250,6 +252,22 @@ def pop_kind(field: str, config: dict[str, Any], known: Iterable[str]) -> str:
     if not isinstance(value, str) or value not in names:
         raise ConfigError(f"unknown {field}.kind {shown(value)}; known: {', '.join(names)}")
     return value
+
+
+def check_names(field: str, names: Any) -> frozenset[str]:
+    """``names`` as a frozenset of non-empty strings (tool names, say); a list, tuple or
+    set of them, not a bare string, which would be read as its characters.
+
+    Raises:
+        ConfigError: not such a collection, or a member that is not a non-empty str.
+    """
+    if isinstance(names, str | bytes | Mapping) or not isinstance(names, Iterable):
+        raise ConfigError(f"{field} must be a list of names, got {type(names).__name__}")
+    members = list(names)
+    for name in members:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{field} entries must be non-empty strings, got {shown(name)}")
+    return names if isinstance(names, frozenset) else frozenset(members)
 
 
 def check_tool_names(field: str, names: Any) -> Sequence[str]:

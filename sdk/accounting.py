@@ -16,13 +16,12 @@ a failed tool call                         1 tool call
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from budgetmix import semconv as sc
-from budgetmix._validate import check_bool, check_choice, check_keys, check_str
-from budgetmix.exceptions import ConfigError
+from budgetmix._validate import check_bool, check_choice, check_keys, check_names, check_str
 
 __all__ = ["DEFAULT_ACCOUNTING", "TURN_UNITS", "AccountingPolicy"]
 
@@ -30,19 +29,6 @@ TurnUnit = Literal["response", "tool_call"]
 #: Every turn unit, default first.
 TURN_UNITS: tuple[TurnUnit, ...] = ("response", "tool_call")
 _FLAGS = ("count_retries", "count_failed_requests", "count_failed_tool_calls")
-
-
-def _tool_set(tools: Any) -> frozenset[str]:
-    field = "AccountingPolicy.refunded_tools"
-    if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
-        raise ConfigError(f"{field} must be a set of tool names, got {type(tools).__name__}")
-    try:
-        names = tools if isinstance(tools, frozenset) else frozenset(tools)
-    except TypeError:  # an unhashable member
-        raise ConfigError(f"{field} must hold tool names (str)") from None
-    if not all(isinstance(t, str) for t in names):
-        raise ConfigError(f"{field} must hold tool names (str)")
-    return names
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,11 +59,12 @@ class AccountingPolicy:
     refunded_tools: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        check_str("AccountingPolicy.name", self.name)
+        check_str("AccountingPolicy.name", self.name, empty=False)
         for flag in _FLAGS:
             check_bool(f"AccountingPolicy.{flag}", getattr(self, flag))
         check_choice("AccountingPolicy.turn_unit", self.turn_unit, TURN_UNITS)
-        object.__setattr__(self, "refunded_tools", _tool_set(self.refunded_tools))
+        tools = check_names("AccountingPolicy.refunded_tools", self.refunded_tools)
+        object.__setattr__(self, "refunded_tools", tools)
 
     def tool_calls_for_batch(self, names: Sequence[str]) -> int:
         """Tool calls a batch costs (refunded tools are free)."""
@@ -113,12 +100,13 @@ class AccountingPolicy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AccountingPolicy:
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        """Inverse of :meth:`to_dict`; unknown keys are an error.
+
+        Raises:
+            ConfigError: an unknown key, or a value :class:`AccountingPolicy` refuses.
+        """
         check_keys("AccountingPolicy", data, (f.name for f in fields(cls)))
-        kwargs = dict(data)
-        if "refunded_tools" in kwargs:
-            kwargs["refunded_tools"] = frozenset(kwargs["refunded_tools"])
-        return cls(**kwargs)
+        return cls(**data)
 
 
 #: The rules in the module docstring.

@@ -39,10 +39,10 @@ from budgetmix.instrumentation import Instrumentation, tracer_is_no_op
 from budgetmix.ledger import Clock
 from budgetmix.policy import (
     EarlyStopPolicy,
-    EveryTurnNotice,
     ExhaustionMode,
     ExtensionPolicy,
     NoticePolicy,
+    NotifyEveryTurn,
 )
 from budgetmix.provider_errors import classify_exception
 from budgetmix.retry import Classifier, RetryPolicy
@@ -152,7 +152,7 @@ class BudgetController:
         self.budget = budget
         self.name = name
         self.accounting = accounting
-        self.notice: NoticePolicy = notice if notice is not None else EveryTurnNotice()
+        self.notice: NoticePolicy = notice if notice is not None else NotifyEveryTurn()
         self.exhaustion: ExhaustionMode = exhaustion
         self.extension = extension
         self.early_stop = early_stop

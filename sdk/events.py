@@ -42,11 +42,11 @@ class EpisodeStatus(StrEnum):
     ERROR = "error"
 
 
-def mistake_kind(value: Any) -> MistakeKind:
+def mistake_kind(value: Any, name: str = "kind") -> MistakeKind:
     """``value`` as a :class:`MistakeKind` (the kind itself or its string value).
 
     Raises:
-        ConfigError: not one of the kinds; the message names ``kind`` and lists them.
+        ConfigError: not one of the kinds; the message names ``name`` and lists them.
     """
     if isinstance(value, MistakeKind):
         return value
@@ -56,7 +56,7 @@ def mistake_kind(value: Any) -> MistakeKind:
         except ValueError:
             pass
     known = ", ".join(k.value for k in MistakeKind)
-    raise ConfigError(f"kind must be a MistakeKind ({known}), got {shown(value)}")
+    raise ConfigError(f"{name} must be a MistakeKind ({known}), got {shown(value)}")
 
 
 def exception_text(exc: BaseException, limit: int = 500) -> str:

@@ -67,7 +67,12 @@ from budgetmix.evaluation.trajectory import (
 from budgetmix.events import EpisodeResult
 from budgetmix.exceptions import ConfigError, ProviderError
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
-from budgetmix.policy import EveryTurnNotice
+from budgetmix.policies import (
+    NotifyEveryTurn,
+    NotifyNever,
+    build_controller_kwargs,
+    policy_from_config,
+)
 from opentelemetry import metrics, trace
 
 __all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "derive_seed"]
@@ -82,16 +87,6 @@ def derive_seed(*parts: object) -> int:
     """A stable 31-bit seed from ``parts`` (independent of ``PYTHONHASHSEED``)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-@dataclass(frozen=True, slots=True)
-class _SilentNotice:
-    """Notice policy of a run without notices (agents still get ``turns_remaining``)."""
-
-    format: str = DEFAULT_NOTICE_FORMAT
-
-    def should_notify(self, state: object) -> bool:
-        return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,8 +133,6 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.policy is not None:
-            from budgetmix.policies import policy_from_config
-
             policy_from_config(self.policy)  # fail now, naming the bad field
         bs = tuple(self.budgets)
         if not bs or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bs):
@@ -233,17 +226,15 @@ class Evaluator:
         policy_kwargs: dict[str, Any] = {}
         self._truncation_safe = True
         if config.policy is not None:
-            from budgetmix.policies import build_controller_kwargs
-
             policy_kwargs = build_controller_kwargs(config.policy)
             self._truncation_safe = (
                 policy_kwargs.get("extension") is None
                 and policy_kwargs.get("exhaustion", "end") != "grace"
             )
         notice = (
-            _SilentNotice()
+            NotifyNever()  # agents still get turns_remaining
             if config.notice_format is None or not self.sees_budget
-            else policy_kwargs.pop("notice", None) or EveryTurnNotice(config.notice_format)
+            else policy_kwargs.pop("notice", None) or NotifyEveryTurn(config.notice_format)
         )
         policy_kwargs.pop("notice", None)
         self._controller = BudgetController(
@@ -255,7 +246,7 @@ class Evaluator:
             name="replay",
             early_stop=policy_kwargs.get("early_stop"),
             accounting=policy_kwargs.get("accounting", DEFAULT_ACCOUNTING),
-            notice=_SilentNotice(),
+            notice=NotifyNever(),
             tracer_provider=trace.NoOpTracerProvider(),
             meter_provider=metrics.NoOpMeterProvider(),
         )

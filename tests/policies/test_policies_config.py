@@ -13,12 +13,12 @@ from budgetmix.policies import (
     EXHAUSTION_MODES,
     REQUEST_MORE_TURNS,
     BudgetMix,
+    ExtendOnDemand,
+    ExtendOnProgress,
     NotifyEveryTurn,
     NotifyFinalTurn,
     NotifyWhenAtMost,
-    OnDemandExtension,
     PolicyConfig,
-    ProgressExtension,
     StopOnRepeatedMistakes,
     StopWithoutProgress,
     build_controller_kwargs,
@@ -68,7 +68,7 @@ def test_full_bundle() -> None:
     bundle = policy_from_config(FULL)
     assert bundle.notice == NotifyWhenAtMost(3) | NotifyFinalTurn()
     assert bundle.exhaustion == "grace"
-    assert bundle.extension == ProgressExtension()
+    assert bundle.extension == ExtendOnProgress()
     assert bundle.early_stop == StopOnRepeatedMistakes(3)
     assert bundle.sampler == BudgetMix(ceiling=8)
     assert bundle.accounting is COUNT_RETRIES
@@ -94,7 +94,7 @@ def test_defaults() -> None:
 
 
 def test_on_demand_bundle_makes_the_request_tool_free() -> None:
-    bundle = PolicyConfig(extension=OnDemandExtension(step=3) | ProgressExtension())
+    bundle = PolicyConfig(extension=ExtendOnDemand(step=3) | ExtendOnProgress())
     kwargs = bundle.controller_kwargs()
     assert REQUEST_MORE_TURNS in kwargs["accounting"].refunded_tools
     assert REQUEST_MORE_TURNS not in bundle.accounting.refunded_tools

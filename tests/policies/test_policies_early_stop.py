@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from budgetmix import Budget, BudgetController, ConfigError, EarlyStopped, MistakeKind
 from budgetmix.policies import (
+    AnyOf,
     EarlyStopRule,
-    StopAny,
     StopOnRepeatedMistakes,
     StopWithoutProgress,
     early_stop_from_config,
@@ -66,7 +66,7 @@ def test_no_progress_stops_after_n_turns() -> None:
 
 def test_or_composes_and_the_first_reason_wins() -> None:
     rule = StopOnRepeatedMistakes(2) | StopWithoutProgress(turns=2)
-    assert isinstance(rule, StopAny) and len(rule.rules) == 2
+    assert isinstance(rule, AnyOf) and len(rule.rules) == 2
     result = run(rule, ["tool_error", "tool_error", "ok"])
     assert result.stop_reason == "repeated_mistakes: 2 consecutive tool_error"
     result = run(rule, ["ok", "tool_error", "ok"])
@@ -128,5 +128,5 @@ def test_bad_constructor_values() -> None:
         StopOnRepeatedMistakes(2, mistake="oops")
     with pytest.raises(ConfigError, match=r"StopWithoutProgress\.turns"):
         StopWithoutProgress(turns=-1)
-    with pytest.raises(ConfigError, match=r"StopAny\.rules"):
-        StopAny(())
+    with pytest.raises(ConfigError, match=r"AnyOf\.rules"):
+        AnyOf(())

@@ -10,9 +10,9 @@ from budgetmix.adapters.base import ToolSpec
 from budgetmix.policies import (
     ON_DEMAND_GRANTS_KEY,
     REQUEST_MORE_TURNS,
-    ExtendAny,
-    OnDemandExtension,
-    ProgressExtension,
+    AnyOf,
+    ExtendOnDemand,
+    ExtendOnProgress,
     build_controller_kwargs,
     extension_from_config,
     find_on_demand,
@@ -23,7 +23,7 @@ from budgetmix.policies import (
 
 def test_progress_extension_extends_once_and_the_notice_shows_the_new_total() -> None:
     controller = BudgetController(
-        Budget(turns=3), extension=ProgressExtension(turns=2, once=True, lookback=2)
+        Budget(turns=3), extension=ExtendOnProgress(turns=2, once=True, lookback=2)
     )
     with controller.episode() as ep:
         seen = []
@@ -40,7 +40,7 @@ def test_progress_extension_extends_once_and_the_notice_shows_the_new_total() ->
 
 
 def test_progress_extension_needs_recent_progress() -> None:
-    controller = BudgetController(Budget(turns=3), extension=ProgressExtension(lookback=2))
+    controller = BudgetController(Budget(turns=3), extension=ExtendOnProgress(lookback=2))
     with controller.episode() as ep:
         for turn in ep.turns():
             # progress only on the first turn: outside the lookback at the limit
@@ -51,7 +51,7 @@ def test_progress_extension_needs_recent_progress() -> None:
 
 def test_progress_extension_without_once_keeps_granting() -> None:
     controller = BudgetController(
-        Budget(turns=2), extension=ProgressExtension(turns=1, once=False, lookback=1)
+        Budget(turns=2), extension=ExtendOnProgress(turns=1, once=False, lookback=1)
     )
     with controller.episode() as ep:
         for turn in ep.turns():
@@ -64,7 +64,7 @@ def test_progress_extension_without_once_keeps_granting() -> None:
 def test_progress_extension_ignores_a_parent_limit() -> None:
     # raising the child's limit cannot help when the parent refuses: must not loop
     controller = BudgetController(
-        Budget(turns=2), extension=ProgressExtension(turns=1, once=False, lookback=5)
+        Budget(turns=2), extension=ExtendOnProgress(turns=1, once=False, lookback=5)
     )
     with controller.episode() as parent:
         with parent.child(Budget(turns=10)) as child:
@@ -75,14 +75,14 @@ def test_progress_extension_ignores_a_parent_limit() -> None:
         assert child.grants == 0
 
 
-def _ask(ep: Any, ext: OnDemandExtension, turns: Any) -> str:
+def _ask(ep: Any, ext: ExtendOnDemand, turns: Any) -> str:
     (call,) = ep.tool_batch([REQUEST_MORE_TURNS])
     reply: str = call.run(ext.run_tool, ep, {"turns": turns})
     return reply
 
 
 def test_on_demand_grants_up_to_step_and_caps_grants() -> None:
-    ext = OnDemandExtension(step=2, max_grants=2)
+    ext = ExtendOnDemand(step=2, max_grants=2)
     controller = BudgetController(
         Budget(turns=2, tool_calls=1), **build_controller_kwargs({"extension": ext.to_config()})
     )
@@ -106,7 +106,7 @@ def test_on_demand_grants_up_to_step_and_caps_grants() -> None:
 
 
 def test_on_demand_bad_arguments_are_tool_mistakes() -> None:
-    ext = OnDemandExtension()
+    ext = ExtendOnDemand()
     controller = BudgetController(Budget(turns=2), extension=ext)
     with controller.episode() as ep:
         ep.begin_turn()
@@ -124,7 +124,7 @@ def test_on_demand_bad_arguments_are_tool_mistakes() -> None:
 
 
 def test_on_demand_never_grants_at_the_limit() -> None:
-    controller = BudgetController(Budget(turns=1), extension=OnDemandExtension())
+    controller = BudgetController(Budget(turns=1), extension=ExtendOnDemand())
     with controller.episode() as ep:
         for _ in ep.turns():
             ep.record_step(ok=True, progress=True)
@@ -139,11 +139,11 @@ def test_tool_spec_is_toolspec_compatible() -> None:
 
 
 def test_composition_first_grant_wins_and_find_on_demand() -> None:
-    on_demand = OnDemandExtension(step=3)
-    rule = on_demand | ProgressExtension(turns=1)
-    assert isinstance(rule, ExtendAny)
+    on_demand = ExtendOnDemand(step=3)
+    rule = on_demand | ExtendOnProgress(turns=1)
+    assert isinstance(rule, AnyOf)
     assert find_on_demand(rule) is on_demand
-    assert find_on_demand(ProgressExtension()) is None
+    assert find_on_demand(ExtendOnProgress()) is None
     assert find_on_demand(None) is None
     controller = BudgetController(Budget(turns=1), extension=rule)
     with controller.episode() as ep:
@@ -161,9 +161,9 @@ def test_with_free_request_tool() -> None:
 @pytest.mark.parametrize(
     "rule",
     [
-        OnDemandExtension(step=4, max_grants=3),
-        ProgressExtension(turns=1, once=False, lookback=4),
-        OnDemandExtension() | ProgressExtension(),
+        ExtendOnDemand(step=4, max_grants=3),
+        ExtendOnProgress(turns=1, once=False, lookback=4),
+        ExtendOnDemand() | ExtendOnProgress(),
     ],
 )
 def test_config_round_trip(rule: Any) -> None:
@@ -173,7 +173,7 @@ def test_config_round_trip(rule: Any) -> None:
 def test_config_shorthands() -> None:
     assert extension_from_config(None) is None
     assert extension_from_config("off") is None
-    assert extension_from_config("progress") == ProgressExtension()
+    assert extension_from_config("progress") == ExtendOnProgress()
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_bad_config_names_the_field(config: Any, field: str) -> None:
 
 
 def test_bad_constructor_values() -> None:
-    with pytest.raises(ConfigError, match=r"OnDemandExtension\.step"):
-        OnDemandExtension(step=0)
-    with pytest.raises(ConfigError, match=r"ProgressExtension\.lookback"):
-        ProgressExtension(lookback=-1)
+    with pytest.raises(ConfigError, match=r"ExtendOnDemand\.step"):
+        ExtendOnDemand(step=0)
+    with pytest.raises(ConfigError, match=r"ExtendOnProgress\.lookback"):
+        ExtendOnProgress(lookback=-1)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from budgetmix import Budget, BudgetController, ConfigError, Ledger, render_notice
 from budgetmix.policies import (
+    AnyOf,
     NoticeRule,
-    NotifyAny,
     NotifyEveryTurn,
     NotifyFinalTurn,
     NotifyNever,
@@ -77,7 +77,7 @@ def test_off_is_silent_but_a_grace_turn_still_tells() -> None:
 
 def test_or_composes_and_flattens() -> None:
     rule = NotifyFinalTurn() | NotifyWhenAtMost(3) | NotifyNever()
-    assert isinstance(rule, NotifyAny) and len(rule.rules) == 3
+    assert isinstance(rule, AnyOf) and len(rule.rules) == 3
     assert [n is not None for n in notices(rule)] == [False, False, True, True, True]
 
 
@@ -163,8 +163,8 @@ def test_bad_constructor_values() -> None:
         NotifyWhenAtMost(-2)
     with pytest.raises(ConfigError, match=r"NotifyFinalTurn\.format"):
         NotifyFinalTurn(format="free text")
-    with pytest.raises(ConfigError, match=r"NotifyAny\.rules"):
-        NotifyAny(())
+    with pytest.raises(ConfigError, match=r"AnyOf\.rules"):
+        AnyOf(())
 
 
 def test_rules_are_frozen() -> None:

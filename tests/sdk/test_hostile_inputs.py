@@ -22,7 +22,7 @@ from budgetmix import (
     RetryPolicy,
 )
 from budgetmix.budget import MAX_COST_USD, MAX_COUNT, MAX_WALL_SECONDS
-from budgetmix.policies import OnDemandExtension
+from budgetmix.policies import ExtendOnDemand
 from budgetmix.provider_errors import TransientInfo
 
 COUNT_FIELDS = ("turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens")
@@ -173,8 +173,8 @@ def test_grant_up_to_the_maximum_is_allowed() -> None:
 
 
 def test_policy_counts_are_bounded_at_construction() -> None:
-    with pytest.raises(ConfigError, match=r"OnDemandExtension\.step"):
-        OnDemandExtension(step=10**400)
+    with pytest.raises(ConfigError, match=r"ExtendOnDemand\.step"):
+        ExtendOnDemand(step=10**400)
 
 
 # -- retry policy ----------------------------------------------------------------------------

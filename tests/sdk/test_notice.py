@@ -17,9 +17,9 @@ from budgetmix import (
     Budget,
     BudgetController,
     ConfigError,
-    EveryTurnNotice,
     Hooks,
     LedgerState,
+    NotifyEveryTurn,
     render_notice,
     with_notice_anthropic,
     with_notice_openai_chat,
@@ -131,7 +131,7 @@ def test_controller_notices_count_down_to_the_final_turn(fake_clock: FakeClock) 
 
 
 def test_compact_format_through_the_controller() -> None:
-    c = BudgetController(Budget(turns=2), notice=EveryTurnNotice(format="v1-compact"))
+    c = BudgetController(Budget(turns=2), notice=NotifyEveryTurn(format="v1-compact"))
     with c.episode() as ep:
         got = [t.notice for t in ep.turns()]
     assert got == ["[budget v1c] turn 1/2, 2 left", "[budget v1c] turn 2/2, final"]

@@ -117,7 +117,7 @@ def test_notice_bytes_equal_the_controllers(tokenizer: Any) -> None:
     for r in run_rollouts(_specs(6, 3), gen, codec, RolloutSettings(notice_format="v1-compact")):
         ctl = controller_mod.BudgetController(
             Budget(turns=r.budget.turns),
-            notice=policy_mod.EveryTurnNotice(format="v1-compact"),
+            notice=policy_mod.NotifyEveryTurn(format="v1-compact"),
             clock=lambda: 0.0,
         )
         notices = []

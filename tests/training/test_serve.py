@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from budgetmix import Budget, BudgetController, EveryTurnNotice
+from budgetmix import Budget, BudgetController, NotifyEveryTurn
 from budgetmix.environment import Task
 from budgetmix.policies.samplers import FixedBudget
 from budgetmix.training.chat import ChatCodec
@@ -29,7 +29,7 @@ def _controller_episode(agent: TrainedPolicyAgent, seed: int) -> list[str]:
     agent.start(env, seed)
     observation = env.reset(seed)
     actions: list[str] = []
-    controller = BudgetController(Budget(turns=TURNS), notice=EveryTurnNotice(FMT))
+    controller = BudgetController(Budget(turns=TURNS), notice=NotifyEveryTurn(FMT))
     with controller.episode() as ep:
         for turn in ep.turns():
             action = agent.act(observation, turn.notice, None)
