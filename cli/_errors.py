@@ -75,11 +75,14 @@ class CliParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {why}\n")
 
 
-def run_command(prog: str, body: Callable[[], int]) -> int:
-    """``body()``, or 2 after printing its :class:`UsageError` as one stderr line."""
+def run_command(
+    prog: str, body: Callable[[], int], *, errors: tuple[type[Exception], ...] = (UsageError,)
+) -> int:
+    """``body()``, or 2 after printing what it raised of ``errors`` (by default a
+    :class:`UsageError`) as one stderr line."""
     try:
         return body()
-    except UsageError as exc:
+    except errors as exc:
         print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
 

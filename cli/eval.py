@@ -25,7 +25,6 @@ import argparse
 import functools
 import json
 import os
-import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -44,15 +43,14 @@ from budgetmix.cli._errors import (
     mapping,
     model_dir,
     number,
-    one_line,
     output_dir,
     run_command,
 )
-from budgetmix.cli.report import report_main, write_report
-from budgetmix.environment import AsyncEnvAgent, EnvAgent, Task
+from budgetmix.cli.report import report_main, show_report, write_report
+from budgetmix.environment import EnvAgent, Task
 from budgetmix.evaluation.agents import ScriptedEnvAgent
 from budgetmix.evaluation.results import EpisodeRecord
-from budgetmix.evaluation.runner import EvalConfig, Evaluator
+from budgetmix.evaluation.runner import AgentFactory, EvalConfig, Evaluator
 from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError
 from budgetmix.notice import NOTICE_FORMATS
 
@@ -299,9 +297,90 @@ def _oracle(env: str) -> tuple[Any, bool]:
     raise ConfigError(f"agent: no oracle for environment {env!r}")
 
 
-def build_agent_factory(
-    cfg: Mapping[str, Any],
-) -> tuple[Callable[[], EnvAgent | AsyncEnvAgent], dict[str, Any]]:
+def _scripted_factory(cfg: Mapping[str, Any], ident: dict[str, Any]) -> AgentFactory:
+    """The budget-blind random agent, the environment's oracle or a noisy oracle."""
+    from budgetmix.training import envs
+
+    kind, env, blind = ident["kind"], cfg["env"], ident["blind"]
+    noise = float(cfg.get("noise", 0.2))
+    ident["noise"] = noise if kind != "oracle" else None
+
+    def scripted() -> EnvAgent:
+        if kind == "random":
+            return ScriptedEnvAgent(envs.RandomAgent(invalid_rate=noise), sees_budget=False)
+        oracle, aware = _oracle(env)
+        agent = oracle if kind == "oracle" else envs.NoisyOracle(oracle, mistake_rate=noise)
+        return ScriptedEnvAgent(agent, sees_budget=aware and not blind)
+
+    return scripted
+
+
+def _checkpoint_factory(cfg: Mapping[str, Any], ident: dict[str, Any]) -> AgentFactory:
+    """A budgetmix training checkpoint, driven in its training layout (token in, token out)."""
+    if not cfg.get("model"):
+        raise ConfigError("model: a checkpoint directory is required for agent checkpoint")
+    model_dir("model", cfg["model"])  # never let a missing path reach the loader
+    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.serve import TrainedPolicyAgent
+
+    weights, tokenizer = load_pretrained(cfg["model"])
+    temperature = ident["temperature"]
+    max_new = int(cfg.get("max_new_tokens", 16))
+    seed = int(cfg.get("seed", 0))
+    ident["model"] = str(cfg["model"])
+    return lambda: TrainedPolicyAgent(
+        weights, tokenizer, temperature=temperature, max_new_tokens=max_new, seed=seed
+    )
+
+
+def _local_factory(cfg: Mapping[str, Any], ident: dict[str, Any]) -> AgentFactory:
+    """A local Hugging Face chat model (:class:`~budgetmix.adapters.local.LocalChatModel`)."""
+    if not cfg.get("model"):
+        raise ConfigError("model: a checkpoint directory is required for agent local")
+    model_dir("model", cfg["model"])  # never let a missing path reach the model hub
+    from budgetmix.adapters.local import LocalChatModel
+
+    model = LocalChatModel.from_pretrained(
+        cfg["model"],
+        local_files_only=True,
+        temperature=ident["temperature"],
+        max_new_tokens=int(cfg.get("max_new_tokens", 64)),
+        seed=int(cfg.get("seed", 0)),
+    )
+    ident["model"] = str(cfg["model"])
+    blind = ident["blind"]
+    return lambda: ChatModelEnvAgent(model, sees_budget=not blind)
+
+
+def _openai_factory(cfg: Mapping[str, Any], ident: dict[str, Any]) -> AgentFactory:
+    """Any OpenAI-compatible server at ``base_url``; the key from ``api_key_env``."""
+    if not cfg.get("base_url") or not cfg.get("model_name"):
+        raise ConfigError("base_url and model_name are required for agent openai")
+    openai = require("openai", "openai")
+    from budgetmix.adapters.openai import OpenAIChatModel
+
+    key = os.environ.get(str(cfg.get("api_key_env", "OPENAI_API_KEY")), "EMPTY")
+    client = openai.AsyncOpenAI(base_url=cfg["base_url"], api_key=key)
+    chat = OpenAIChatModel(
+        client,
+        cfg["model_name"],
+        provider_name="openai-compatible",
+        request_options={"temperature": ident["temperature"]},
+    )
+    ident.update(base_url=cfg["base_url"], model=cfg["model_name"])
+    blind = ident["blind"]
+    return lambda: ChatModelEnvAgent(chat, sees_budget=not blind, use_async=True)
+
+
+# Each builder fills in the agent's identity as it goes (it is part of the fingerprint).
+_MODEL_FACTORIES: dict[str, Callable[[Mapping[str, Any], dict[str, Any]], AgentFactory]] = {
+    "checkpoint": _checkpoint_factory,
+    "local": _local_factory,
+    "openai": _openai_factory,
+}
+
+
+def build_agent_factory(cfg: Mapping[str, Any]) -> tuple[AgentFactory, dict[str, Any]]:
     """The per-episode agent factory and the agent's identity (for the fingerprint).
 
     Raises:
@@ -310,74 +389,14 @@ def build_agent_factory(
         MissingExtraError: the model agent's dependencies are missing.
     """
     kind = cfg.get("agent", "oracle")
-    env = cfg["env"]
-    blind = bool(cfg.get("blind", False))
-    ident: dict[str, Any] = {"kind": kind, "blind": blind}
+    ident: dict[str, Any] = {"kind": kind, "blind": bool(cfg.get("blind", False))}
     if kind in ("random", "oracle", "noisy"):
-        from budgetmix.training import envs
-
-        noise = float(cfg.get("noise", 0.2))
-        ident["noise"] = noise if kind != "oracle" else None
-
-        def scripted() -> EnvAgent:
-            if kind == "random":
-                return ScriptedEnvAgent(envs.RandomAgent(invalid_rate=noise), sees_budget=False)
-            oracle, aware = _oracle(env)
-            agent = oracle if kind == "oracle" else envs.NoisyOracle(oracle, mistake_rate=noise)
-            return ScriptedEnvAgent(agent, sees_budget=aware and not blind)
-
-        return scripted, ident
-    temperature = float(cfg.get("temperature", 0.0))
-    ident["temperature"] = temperature
-    if kind == "checkpoint":
-        # a budgetmix training checkpoint, driven in its training layout (token in, token out)
-        if not cfg.get("model"):
-            raise ConfigError("model: a checkpoint directory is required for agent checkpoint")
-        model_dir("model", cfg["model"])  # never let a missing path reach the loader
-        from budgetmix.training.models import load_pretrained
-        from budgetmix.training.serve import TrainedPolicyAgent
-
-        weights, tokenizer = load_pretrained(cfg["model"])
-        max_new = int(cfg.get("max_new_tokens", 16))
-        seed = int(cfg.get("seed", 0))
-        ident["model"] = str(cfg["model"])
-        return (
-            lambda: TrainedPolicyAgent(
-                weights, tokenizer, temperature=temperature, max_new_tokens=max_new, seed=seed
-            )
-        ), ident
-    if kind == "local":
-        if not cfg.get("model"):
-            raise ConfigError("model: a checkpoint directory is required for agent local")
-        model_dir("model", cfg["model"])  # never let a missing path reach the model hub
-        from budgetmix.adapters.local import LocalChatModel
-
-        model = LocalChatModel.from_pretrained(
-            cfg["model"],
-            local_files_only=True,
-            temperature=temperature,
-            max_new_tokens=int(cfg.get("max_new_tokens", 64)),
-            seed=int(cfg.get("seed", 0)),
-        )
-        ident["model"] = str(cfg["model"])
-        return (lambda: ChatModelEnvAgent(model, sees_budget=not blind)), ident
-    if kind == "openai":
-        if not cfg.get("base_url") or not cfg.get("model_name"):
-            raise ConfigError("base_url and model_name are required for agent openai")
-        openai = require("openai", "openai")
-        from budgetmix.adapters.openai import OpenAIChatModel
-
-        key = os.environ.get(str(cfg.get("api_key_env", "OPENAI_API_KEY")), "EMPTY")
-        client = openai.AsyncOpenAI(base_url=cfg["base_url"], api_key=key)
-        chat = OpenAIChatModel(
-            client,
-            cfg["model_name"],
-            provider_name="openai-compatible",
-            request_options={"temperature": temperature},
-        )
-        ident.update(base_url=cfg["base_url"], model=cfg["model_name"])
-        return (lambda: ChatModelEnvAgent(chat, sees_budget=not blind, use_async=True)), ident
-    raise ConfigError(f"agent: expected one of {', '.join(_AGENTS)}, got {kind!r}")
+        return _scripted_factory(cfg, ident), ident
+    build = _MODEL_FACTORIES.get(kind)
+    if build is None:
+        raise ConfigError(f"agent: expected one of {', '.join(_AGENTS)}, got {kind!r}")
+    ident["temperature"] = float(cfg.get("temperature", 0.0))
+    return build(cfg, ident), ident
 
 
 def _progress(
@@ -452,11 +471,11 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
         f"({run.env_steps_separate} without sharing) in {run.elapsed_s:.1f}s"
     )
     n_boot = int(cfg.get("n_boot", 1000))
-    files = write_report(
-        out / "results.jsonl", out, plots=not cfg.get("no_plots", False), n_boot=n_boot
+    show_report(
+        write_report(
+            out / "results.jsonl", out, plots=not cfg.get("no_plots", False), n_boot=n_boot
+        )
     )
-    print(files["markdown"].read_text().split("## Failure")[0].rstrip())
-    print("\nwrote: " + ", ".join(str(p) for p in files.values()))
     return 0
 
 
@@ -466,9 +485,8 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     Returns 0, or 2 after one stderr line: a bad flag or config key (named), or a
     run that stopped on a budgetmix error.
     """
-    prog = "budgetmix eval"
-    try:
-        return run_command(prog, lambda: _run_eval(parse_eval_args(argv)))
-    except (BudgetmixError, ValueError) as exc:
-        print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+    return run_command(
+        "budgetmix eval",
+        lambda: _run_eval(parse_eval_args(argv)),
+        errors=(BudgetmixError, ValueError),
+    )

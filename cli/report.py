@@ -7,7 +7,7 @@ line (a bad flag, named, or an unreadable results file).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,6 @@ from budgetmix.cli._errors import (
     CliParser,
     UsageError,
     integer,
-    one_line,
     output_dir,
     readable_file,
     run_command,
@@ -24,7 +23,7 @@ from budgetmix.cli._errors import (
 from budgetmix.evaluation.report import build_report, compare_runs
 from budgetmix.exceptions import BudgetmixError, MissingExtraError
 
-__all__ = ["ReportOptions", "parse_report_args", "report_main", "write_report"]
+__all__ = ["ReportOptions", "parse_report_args", "report_main", "show_report", "write_report"]
 
 
 def write_report(results: Path, out: Path, *, plots: bool, n_boot: int) -> dict[str, Path]:
@@ -34,6 +33,12 @@ def write_report(results: Path, out: Path, *, plots: bool, n_boot: int) -> dict[
     except MissingExtraError as exc:
         print(f"plots skipped: {exc}", file=sys.stderr)
         return {"summary": out / "summary.json", "markdown": out / "report.md"}
+
+
+def show_report(files: Mapping[str, Path]) -> None:
+    """Print the report's grid (the markdown up to the failure breakdown) and the files."""
+    print(files["markdown"].read_text().split("## Failure")[0].rstrip())
+    print("\nwrote: " + ", ".join(str(p) for p in files.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +107,7 @@ def _compare(opts: ReportOptions, compare: Path) -> int:
 def _run_report(opts: ReportOptions) -> int:
     if opts.compare is not None:
         return _compare(opts, opts.compare)
-    files = write_report(opts.results, opts.out, plots=opts.plots, n_boot=opts.n_boot)
-    print(files["markdown"].read_text().split("## Failure")[0].rstrip())
-    print("\nwrote: " + ", ".join(str(p) for p in files.values()))
+    show_report(write_report(opts.results, opts.out, plots=opts.plots, n_boot=opts.n_boot))
     return 0
 
 
@@ -113,9 +116,8 @@ def report_main(argv: Sequence[str] | None = None) -> int:
 
     Returns 0, or 2 after one stderr line (a bad flag, named, or an unreadable file).
     """
-    prog = "budgetmix report"
-    try:
-        return run_command(prog, lambda: _run_report(parse_report_args(argv)))
-    except (BudgetmixError, ValueError) as exc:
-        print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+    return run_command(
+        "budgetmix report",
+        lambda: _run_report(parse_report_args(argv)),
+        errors=(BudgetmixError, ValueError),
+    )
