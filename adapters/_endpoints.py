@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any
 
 from budgetmix.adapters._openai_helpers import (
-    AsyncHelperStreamManager,
     AsyncRawResponses,
     HelperResource,
     HelperStreamManager,
@@ -173,7 +172,7 @@ class AsyncEndpoint(Endpoint):
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's ``stream()`` helper over the budgeted ``create`` (``async with``)."""
         resource = HelperResource(self)
-        return AsyncHelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
+        return HelperStreamManager(type(self._sdk).stream(resource, **kwargs), resource)
 
     @property
     def with_raw_response(self) -> AsyncRawResponses:

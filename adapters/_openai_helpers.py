@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from budgetmix.adapters._endpoints import Endpoint
 
 __all__ = [
-    "AsyncHelperStreamManager",
     "AsyncRawResponses",
     "HelperResource",
     "HelperStreamManager",
@@ -52,7 +51,8 @@ class HelperResource:
 
 
 class HelperStreamManager:
-    """The SDK's stream manager; on exit, a stream left unfinished is recorded too."""
+    """The SDK's stream manager (sync or async); on exit, a stream left unfinished is
+    recorded too (closing a recording stream is idempotent)."""
 
     def __init__(self, inner: Any, resource: HelperResource) -> None:
         self._inner, self._resource = inner, resource
@@ -65,14 +65,7 @@ class HelperStreamManager:
             self._inner.__exit__(*exc)
         finally:
             for stream in self._resource.streams:
-                stream.close()  # idempotent: records what arrived if the caller left early
-
-
-class AsyncHelperStreamManager:
-    """Async twin of :class:`HelperStreamManager`."""
-
-    def __init__(self, inner: Any, resource: HelperResource) -> None:
-        self._inner, self._resource = inner, resource
+                stream.close()
 
     async def __aenter__(self) -> Any:
         return await self._inner.__aenter__()

@@ -1,5 +1,4 @@
-"""Response bodies read as they pass through the HTTP transport, in linear time and
-within size limits.
+"""The pure server-sent-events parser: event streams read in linear time, within limits.
 
 :class:`EventStreamDecoder` turns the bytes of a ``text/event-stream`` body, in chunks
 of any size, into the ``data`` of each complete event (lines end in ``\\r\\n``, ``\\n``
@@ -7,35 +6,26 @@ or ``\\r``, split anywhere; an empty line ends an event; its ``data`` lines join
 ``\\n``; comments and other fields are skipped). Each byte is scanned once (by
 ``bytes.splitlines``) and copied a bounded number of times, so one 20 MB event costs
 what 20 MB of small ones do; a reader that appends each chunk to a buffer and scans it
-again is quadratic in the size of one event. The taps fold what they read into the turn
-and hand every chunk on unchanged; past ``max_event_bytes`` (one event) or
-``max_body_bytes`` (the whole body) they raise :class:`~budgetmix.ResponseFormatError`
-naming the limit. Nothing here does I/O.
+again is quadratic in the size of one event. Past ``max_event_bytes`` (one event) or
+``max_body_bytes`` (the whole body) it raises :class:`~budgetmix.ResponseFormatError`
+naming the limit. Nothing here does I/O; the HTTP transport's recorder
+(:class:`~budgetmix.adapters._streams.EventStreamTap`) feeds it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from budgetmix.exceptions import ConfigError, ResponseFormatError
-
-if TYPE_CHECKING:
-    from budgetmix.adapters._turn import TurnRequest
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
-    "BodyLimitTap",
     "EventStreamDecoder",
-    "SSETap",
     "check_limit",
     "limit_error",
     "read_json",
-    "tap_streams",
 ]
 
 #: Default cap on one server-sent event (its data lines together), in bytes.
@@ -156,133 +146,3 @@ class EventStreamDecoder:
                 raise limit_error("one event", "max_event_bytes", self.max_event)
             data.append(value)
         return events
-
-
-SafeError = Callable[[BaseException], BaseException]
-
-
-class SSETap:
-    """Folds the events of a passing stream into its turn; records it once, when the
-    stream ends or fails."""
-
-    __slots__ = ("_acc", "_decoder", "_done", "_req", "_safe")
-
-    def __init__(self, req: TurnRequest, decoder: EventStreamDecoder, safe: SafeError) -> None:
-        self._req = req
-        self._acc = req.accumulator()
-        self._decoder = decoder
-        self._safe = safe  # what to raise for an error of ours (the SDKs' own base class)
-        self._done = False
-
-    def feed(self, chunk: bytes) -> None:
-        """Read ``chunk`` (the caller hands it on unchanged)."""
-        for data in self._decoder.feed(chunk):
-            if not data or data == b"[DONE]":
-                continue
-            try:
-                event = read_json(data)
-            except (ValueError, RecursionError):
-                continue  # not JSON we can read: nothing for the budget in it
-            self._acc.feed(event)
-
-    def finish(self) -> None:
-        """Record what arrived (idempotent)."""
-        if not self._done:
-            self._done = True
-            self._req.finish(self._acc.finish())
-
-    def failed(self, exc: BaseException) -> BaseException:
-        """Record a failure mid-stream; the exception to raise in its place."""
-        if not self._done:
-            self._done = True
-            self._req.turn.failed(exc)
-        return self._safe(exc)
-
-
-class BodyLimitTap:
-    """Counts a passing body against ``max_body_bytes``; a failure while it is read is
-    recorded on ``req``'s turn (``None``: the caller records it)."""
-
-    __slots__ = ("_done", "_limit", "_req", "_safe", "_size")
-
-    def __init__(self, req: TurnRequest | None, max_body_bytes: int, safe: SafeError) -> None:
-        self._req = req
-        self._limit = max_body_bytes
-        self._safe = safe
-        self._size = 0
-        self._done = False
-
-    def feed(self, chunk: bytes) -> None:
-        """Count ``chunk``.
-
-        Raises:
-            ResponseFormatError: the body is over the limit.
-        """
-        self._size += len(chunk)
-        if self._size > self._limit:
-            raise limit_error("the response body", "max_body_bytes", self._limit)
-
-    def finish(self) -> None:
-        """Nothing to record: the caller reads the whole body."""
-
-    def failed(self, exc: BaseException) -> BaseException:
-        """Record a failure while the body is read; the exception to raise in its place."""
-        if not self._done and self._req is not None:
-            self._done = True
-            self._req.turn.failed(exc)
-        return self._safe(exc)
-
-
-Tap = SSETap | BodyLimitTap
-
-
-@functools.cache
-def tap_streams(lib: ModuleType) -> tuple[type[Any], type[Any]]:
-    """Byte streams of ``lib`` (``httpx`` or ``httpx2``), sync and async, that hand each
-    chunk of the stream they wrap to a :data:`Tap` and then on, unchanged."""
-
-    class SyncTap(lib.SyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, inner: Any, tap: Tap) -> None:
-            self._inner, self._tap = inner, tap
-
-        def __iter__(self) -> Iterator[bytes]:
-            try:
-                for chunk in self._inner:
-                    self._tap.feed(chunk)
-                    yield chunk
-            except Exception as exc:
-                safe = self._tap.failed(exc)
-                if safe is exc:
-                    raise
-                raise safe from exc
-            self._tap.finish()
-
-        def close(self) -> None:
-            try:
-                self._inner.close()
-            finally:
-                self._tap.finish()
-
-    class AsyncTap(lib.AsyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, inner: Any, tap: Tap) -> None:
-            self._inner, self._tap = inner, tap
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            try:
-                async for chunk in self._inner:
-                    self._tap.feed(chunk)
-                    yield chunk
-            except Exception as exc:
-                safe = self._tap.failed(exc)
-                if safe is exc:
-                    raise
-                raise safe from exc
-            self._tap.finish()
-
-        async def aclose(self) -> None:
-            try:
-                await self._inner.aclose()
-            finally:
-                self._tap.finish()
-
-    return SyncTap, AsyncTap

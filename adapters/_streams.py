@@ -1,80 +1,199 @@
-"""Stream proxies that record a streamed turn's usage when the stream ends.
+"""Streamed responses, recorded once: one I/O-free recorder and its sync and async drivers.
 
-The turn was charged before the stream opened; these wrap the SDK's stream
-(``openai.Stream``, ``anthropic.Stream`` and their async twins), fold every
-event into the request's accumulator, and record usage, cost and mistakes once:
-when iteration ends, or when the stream is closed early (then whatever arrived
-is recorded, usually without usage). A failure mid-stream is recorded as a
-``provider_error`` and raised as :class:`~budgetmix.ProviderError` (an event the SDK
-could not read, such as one nested too deep, as
-:class:`~budgetmix.ResponseFormatError`). Everything
-else (``.response``, ``.close()``, context management) behaves like the SDK's.
+The turn was charged before the stream opened. A :class:`StreamRecorder` folds each
+event into the request's stream reader and records usage, cost and mistakes once:
+when the stream ends, or when it is closed early (then whatever arrived is recorded,
+usually without usage); a failure mid-stream is recorded on the turn instead, and
+``raise_as`` says what is raised in its place. It is fed SDK event objects
+(:class:`RecordingStream`, :class:`AsyncRecordingStream`: the wrappers' proxies of
+``openai.Stream``, ``anthropic.Stream`` and their async twins, which raise the mapped
+:class:`~budgetmix.ProviderError`), or the bytes of a ``text/event-stream`` body through
+the pure SSE parser (:class:`EventStreamTap`, in the HTTP transport's byte streams,
+which raise what the SDKs can take). :class:`BodyLimitTap` only counts a body against
+its limit. :func:`relay` and :func:`arelay` are the drivers: they hand every item on
+unchanged. Everything else of a proxied stream (``.response``, ``.close()``, context
+management) behaves like the SDK's.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from budgetmix.adapters._sse import EventStreamDecoder, limit_error, read_json
 
 if TYPE_CHECKING:
     from budgetmix.adapters._turn import TurnRequest
 
-__all__ = ["AsyncRecordingStream", "RecordingStream"]
+__all__ = [
+    "AsyncRecordingStream",
+    "BodyLimitTap",
+    "EventStreamTap",
+    "RecordingStream",
+    "StreamRecorder",
+    "arelay",
+    "relay",
+    "tap_streams",
+]
+
+T = TypeVar("T")
+
+#: ``(exception, the turn's mapped error or None when nothing was recorded)`` -> what to raise
+RaiseAs = Callable[[BaseException, BaseException | None], BaseException]
 
 
-class _Recorder:
-    __slots__ = ("_acc", "_done", "_inner", "_req")
+def mapped_error(exc: BaseException, mapped: BaseException | None) -> BaseException:
+    """The wrappers raise the turn's mapped error (``exc`` itself once recorded)."""
+    return mapped if mapped is not None else exc
 
-    def __init__(self, inner: Any, req: TurnRequest) -> None:
-        self._inner = inner
+
+class _Sink:
+    """Records a stream's failure once on ``req``'s turn (``None``: the caller records)."""
+
+    __slots__ = ("_done", "_raise_as", "_req")
+
+    def __init__(self, req: TurnRequest | None, raise_as: RaiseAs) -> None:
         self._req = req
-        self._acc = req.accumulator()
+        self._raise_as = raise_as
         self._done = False
 
-    def _finish(self) -> None:
-        if not self._done:
+    def feed(self, item: Any) -> None:
+        """Take one item of the stream (it is handed on unchanged)."""
+
+    def finish(self) -> None:
+        """The stream ended or was closed (idempotent)."""
+
+    def failed(self, exc: BaseException) -> BaseException:
+        """Record a failure mid-stream (once); the exception to raise in its place."""
+        mapped = None
+        if not self._done and self._req is not None:
+            self._done = True
+            mapped = self._req.turn.failed(exc)
+        return self._raise_as(exc, mapped)
+
+    def fail(self, exc: BaseException) -> NoReturn:
+        """Record ``exc`` and raise what replaces it (``from exc``), or ``exc`` itself."""
+        raised = self.failed(exc)
+        if raised is exc:
+            raise exc
+        raise raised from exc
+
+
+class StreamRecorder(_Sink):
+    """Folds a stream's events into its turn; records the response once, at the end."""
+
+    __slots__ = ("_acc",)
+
+    def __init__(self, req: TurnRequest, raise_as: RaiseAs = mapped_error) -> None:
+        super().__init__(req, raise_as)
+        self._acc = req.accumulator()
+
+    def feed(self, item: Any) -> None:
+        """Fold one event in (called per streamed token: keep it lean)."""
+        self._acc.feed(item)
+
+    def finish(self) -> None:
+        """Record what arrived (idempotent)."""
+        if not self._done and self._req is not None:
             self._done = True
             self._req.finish(self._acc.finish())
 
-    def _failed(self, exc: BaseException) -> BaseException:
-        self._done = True
-        return self._req.turn.failed(exc)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+class EventStreamTap(StreamRecorder):
+    """A :class:`StreamRecorder` fed the bytes of a ``text/event-stream`` body: each
+    complete event's data is read as JSON (anything else carries nothing for the budget)."""
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self, req: TurnRequest, decoder: EventStreamDecoder, raise_as: RaiseAs) -> None:
+        super().__init__(req, raise_as)
+        self._decoder = decoder
+
+    def feed(self, item: bytes) -> None:
+        """Read a chunk of the body.
+
+        Raises:
+            ResponseFormatError: an event or the body is over its limit.
+        """
+        for data in self._decoder.feed(item):
+            if not data or data == b"[DONE]":
+                continue
+            try:
+                event = read_json(data)
+            except (ValueError, RecursionError):
+                continue  # not JSON we can read: nothing for the budget in it
+            self._acc.feed(event)
 
 
-class RecordingStream(_Recorder):
-    """Sync stream proxy: iterate it like the SDK stream it wraps."""
+class BodyLimitTap(_Sink):
+    """Counts a passing body against ``max_body_bytes`` (the caller reads it whole)."""
 
-    __slots__ = ("_it",)
+    __slots__ = ("_limit", "_size")
+
+    def __init__(self, req: TurnRequest | None, max_body_bytes: int, raise_as: RaiseAs) -> None:
+        super().__init__(req, raise_as)
+        self._limit = max_body_bytes
+        self._size = 0
+
+    def feed(self, item: bytes) -> None:
+        """Count a chunk.
+
+        Raises:
+            ResponseFormatError: the body is over the limit.
+        """
+        self._size += len(item)
+        if self._size > self._limit:
+            raise limit_error("the response body", "max_body_bytes", self._limit)
+
+
+# -- drivers ---------------------------------------------------------------------------
+def relay(inner: Iterable[T], sink: _Sink) -> Iterator[T]:
+    """Every item of ``inner``, handed to ``sink`` and on, unchanged."""
+    try:
+        for item in inner:
+            sink.feed(item)
+            yield item
+    except Exception as exc:
+        sink.fail(exc)
+    sink.finish()
+
+
+async def arelay(inner: AsyncIterable[T], sink: _Sink) -> AsyncIterator[T]:
+    """The async twin of :func:`relay`."""
+    try:
+        async for item in inner:
+            sink.feed(item)
+            yield item
+    except Exception as exc:
+        sink.fail(exc)
+    sink.finish()
+
+
+class RecordingStream:
+    """A budgeted SDK stream: iterate it like the SDK stream it wraps."""
+
+    __slots__ = ("_inner", "_it", "_recorder")
 
     def __init__(self, inner: Any, req: TurnRequest) -> None:
-        super().__init__(inner, req)
-        self._it = iter(inner)
+        self._inner = inner
+        self._recorder = StreamRecorder(req)
+        self._it = relay(iter(inner), self._recorder)
 
     def __iter__(self) -> RecordingStream:
         return self
 
     def __next__(self) -> Any:
-        try:
-            item = next(self._it)
-        except StopIteration:
-            self._finish()
-            raise
-        except Exception as exc:
-            if self._done:
-                raise
-            raise self._failed(exc) from exc
-        self._acc.feed(item)
-        return item
+        return next(self._it)
 
     def close(self) -> None:
         """Close the SDK stream and record what arrived."""
         try:
             self._inner.close()
         finally:
-            self._finish()
+            self._recorder.finish()
 
     def __enter__(self) -> RecordingStream:
         return self
@@ -82,31 +201,25 @@ class RecordingStream(_Recorder):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
-class AsyncRecordingStream(_Recorder):
-    """Async stream proxy: ``async for`` it like the SDK stream it wraps."""
 
-    __slots__ = ("_it",)
+class AsyncRecordingStream:
+    """A budgeted async SDK stream: ``async for`` it like the SDK stream it wraps."""
+
+    __slots__ = ("_inner", "_it", "_recorder")
 
     def __init__(self, inner: Any, req: TurnRequest) -> None:
-        super().__init__(inner, req)
-        self._it = inner.__aiter__()
+        self._inner = inner
+        self._recorder = StreamRecorder(req)
+        self._it = arelay(inner.__aiter__(), self._recorder)
 
     def __aiter__(self) -> AsyncRecordingStream:
         return self
 
     async def __anext__(self) -> Any:
-        try:
-            item = await self._it.__anext__()
-        except StopAsyncIteration:
-            self._finish()
-            raise
-        except Exception as exc:
-            if self._done:
-                raise
-            raise self._failed(exc) from exc
-        self._acc.feed(item)
-        return item
+        return await anext(self._it)
 
     async def close(self) -> None:
         """Close the SDK stream and record what arrived."""
@@ -115,7 +228,7 @@ class AsyncRecordingStream(_Recorder):
             if inspect.isawaitable(result):
                 await result
         finally:
-            self._finish()
+            self._recorder.finish()
 
     async def aclose(self) -> None:
         await self.close()
@@ -125,3 +238,41 @@ class AsyncRecordingStream(_Recorder):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@functools.cache
+def tap_streams(lib: ModuleType) -> tuple[type[Any], type[Any]]:
+    """Byte streams of ``lib`` (``httpx`` or ``httpx2``), sync and async, that relay each
+    chunk of the stream they wrap through a sink (:class:`EventStreamTap`,
+    :class:`BodyLimitTap`)."""
+
+    class SyncTap(lib.SyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, tap: _Sink) -> None:
+            self._inner, self._tap = inner, tap
+
+        def __iter__(self) -> Iterator[bytes]:
+            return relay(self._inner, self._tap)
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._tap.finish()
+
+    class AsyncTap(lib.AsyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, tap: _Sink) -> None:
+            self._inner, self._tap = inner, tap
+
+        def __aiter__(self) -> AsyncIterator[bytes]:
+            return arelay(self._inner, self._tap)
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._tap.finish()
+
+    return SyncTap, AsyncTap

@@ -41,7 +41,7 @@ from typing import Any, Literal, cast
 
 from budgetmix._deps import require
 from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint, SyncEndpoint
-from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
+from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import anthropic as wire
 from budgetmix.adapters.base import ChatMessage, ChatModelBase, ModelResponse, ToolSpec
 from budgetmix.notice import with_notice_anthropic
@@ -64,32 +64,36 @@ class _AsyncMessages(AsyncEndpoint):
 
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's async ``messages.stream`` helper, budgeted (``async with``)."""
-        return _AsyncStreamManager(self, kwargs)
+        return _StreamManager(self, kwargs)
 
 
 class _StreamManager:
-    """Replaces ``MessageStreamManager``: opens a raw ``stream=True`` request under the
-    turn's retries and hands the SDK's own ``MessageStream`` a recording raw stream."""
+    """Replaces ``MessageStreamManager`` and its async twin: opens the budgeted
+    ``create(stream=True)`` and hands the SDK's own ``MessageStream`` the recording stream
+    (it quacks like the raw stream it wraps: iteration, close, response). Outside an
+    episode the SDK's helper runs as it is."""
 
-    def __init__(self, messages: _SyncMessages, kwargs: dict[str, Any]) -> None:
+    def __init__(self, messages: SyncEndpoint | AsyncEndpoint, kwargs: dict[str, Any]) -> None:
         self._messages, self._kwargs = messages, kwargs
         self._passthrough: Any = None
-        self._proxy: RecordingStream | None = None
+        self._proxy: Any = None
+
+    def _start(self) -> TurnRequest | None:
+        req = self._messages._start({**self._kwargs, "stream": True})
+        if req is None:
+            self._passthrough = self._messages._sdk.stream(**self._kwargs)
+        return req
 
     def __enter__(self) -> Any:
-        m = self._messages
-        req = m._start(self._kwargs)
+        m = cast(SyncEndpoint, self._messages)
+        req = self._start()
         if req is None:
-            self._passthrough = m._sdk.stream(**self._kwargs)
             return self._passthrough.__enter__()
-        sent = req.sdk_kwargs(stream=True)
-        raw = req.turn.call(lambda: m._raw.create(**sent), sleep=m._owner._sleep)
-        self._proxy = RecordingStream(raw, req)
+        self._proxy = m._finish(req, m._send(req, m._raw.create), is_async=False)
         from anthropic import NOT_GIVEN
         from anthropic.lib.streaming import MessageStream
 
-        # the proxy quacks like the raw Stream it wraps (iteration, close, response)
-        return MessageStream(cast(Any, self._proxy), NOT_GIVEN)
+        return MessageStream(self._proxy, NOT_GIVEN)
 
     def __exit__(self, *exc: Any) -> None:
         if self._passthrough is not None:
@@ -97,28 +101,16 @@ class _StreamManager:
         elif self._proxy is not None:
             self._proxy.close()
 
-
-class _AsyncStreamManager:
-    """Async twin of :class:`_StreamManager`."""
-
-    def __init__(self, messages: _AsyncMessages, kwargs: dict[str, Any]) -> None:
-        self._messages, self._kwargs = messages, kwargs
-        self._passthrough: Any = None
-        self._proxy: AsyncRecordingStream | None = None
-
     async def __aenter__(self) -> Any:
-        m = self._messages
-        req = m._start(self._kwargs)
+        m = cast(AsyncEndpoint, self._messages)
+        req = self._start()
         if req is None:
-            self._passthrough = m._sdk.stream(**self._kwargs)
             return await self._passthrough.__aenter__()
-        sent = req.sdk_kwargs(stream=True)
-        raw = await req.turn.acall(lambda: m._raw.create(**sent), sleep=m._owner._sleep)
-        self._proxy = AsyncRecordingStream(raw, req)
+        self._proxy = m._finish(req, await m._send(req, m._raw.create), is_async=True)
         from anthropic import NOT_GIVEN
         from anthropic.lib.streaming import AsyncMessageStream
 
-        return AsyncMessageStream(cast(Any, self._proxy), NOT_GIVEN)
+        return AsyncMessageStream(self._proxy, NOT_GIVEN)
 
     async def __aexit__(self, *exc: Any) -> None:
         if self._passthrough is not None:

@@ -83,7 +83,7 @@ def run(body: bytes, chunk: int, *, old: bool) -> float:
     request: dict[str, Any] = {"model": "gpt-4o", "messages": [], "stream": True}
     decoder = _OldDecoder if old else _sse.EventStreamDecoder
     with (
-        mock.patch("budgetmix.adapters.http.EventStreamDecoder", decoder),
+        mock.patch("budgetmix.adapters._transport.EventStreamDecoder", decoder),
         controller.episode() as ep,
         httpx.Client(transport=transport) as http,
     ):

@@ -53,9 +53,7 @@ FINISH = {
 USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
 
 
-def read_usage(
-    out: ParsedResponse, usage: Any, names: tuple[str, str, str] = USAGE_FIELDS
-) -> None:
+def read_usage(out: ParsedResponse, usage: Any, names: tuple[str, str, str] = USAGE_FIELDS) -> None:
     """OpenAI ``usage`` (Chat Completions by default; Responses passes its own names)."""
     if usage is None:
         return

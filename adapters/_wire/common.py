@@ -33,6 +33,7 @@ __all__ = [
     "repr_bounded",
 ]
 
+
 def field(obj: Any, key: str, default: Any = None) -> Any:
     """``obj[key]`` for mappings, ``obj.key`` otherwise; ``default`` when absent or None."""
     if obj is None:

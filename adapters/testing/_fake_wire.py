@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from budgetmix.adapters._wire import anthropic, chat
 from budgetmix.adapters.base import ToolCallRequest
 
 __all__ = ["RecordedRequest", "Reply"]
@@ -130,9 +131,10 @@ def _halves(text: str) -> list[str]:
 class _Renderer:
     """Renders one reply for one request in one wire format."""
 
+    #: neutral finish reason -> the wire's word: the first of the readers' tables
     _FINISH: ClassVar[dict[str, dict[str, str]]] = {
-        "chat": {"stop": "stop", "tool_calls": "tool_calls", "length": "length"},
-        "anthropic": {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"},
+        kind: {neutral: word for word, neutral in reversed(table.items())}
+        for kind, table in (("chat", chat.FINISH), ("anthropic", anthropic.FINISH))
     }
 
     def __init__(self, kind: str, reply: Reply, request: Any, model: str, seq: int) -> None:
