@@ -1,12 +1,9 @@
 """An episode: one budgeted run of an agent loop, with its ledger, events and spans.
 
-The episode is where the pieces meet: its :class:`~budgetmix.ledger.Ledger` counts,
-its :class:`~budgetmix.decisions.EpisodeMachine` decides (status, exhaustion, early
-stop, grace turn, warning), the controller's policies are asked, and its
-:class:`~budgetmix.instrumentation.EpisodeTrace` writes every span, metric point
-and hook call. :class:`~budgetmix.Turn` and :class:`~budgetmix.ToolCall` reach it
-through their owner protocols (:class:`~budgetmix.steps.TurnOwner`,
-:class:`~budgetmix.steps.ToolOwner`).
+Its ledger counts, its :class:`~budgetmix.decisions.EpisodeMachine` decides, the
+controller's policies are asked here, and its
+:class:`~budgetmix.instrumentation.EpisodeTrace` writes every span, metric and hook
+call. Turns and tool calls reach it through :mod:`budgetmix.steps`' owner protocols.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from budgetmix.budget import Budget
 from budgetmix.decisions import Closing, EpisodeMachine, TurnAction
 from budgetmix.events import BudgetEvent, EpisodeResult, Mistake, MistakeKind, Recovery
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
+from budgetmix.instrumentation import EpisodeTrace
 from budgetmix.ledger import Ledger, LedgerState
 from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
@@ -32,6 +30,8 @@ if TYPE_CHECKING:
     from budgetmix.controller import BudgetController
 
 __all__ = ["Episode", "current_episode"]
+
+_FINISHED, _CHARGE, _GRACE, _STOP = TurnAction  # an Enum attribute lookup costs ~100 ns
 
 _CURRENT: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
     "budgetmix_episode", default=None
@@ -78,7 +78,7 @@ class Episode:
         self._outcomes: set[str] = set()  # tool call ids whose outcome is recorded
         self._events: list[BudgetEvent] = []
         self._hook_errors: list[str] = []
-        self._trace = controller.instrumentation.episode_trace(self, self._hook_errors)
+        self._trace = EpisodeTrace(controller.instrumentation, self, self._hook_errors)
         self._turn: Turn | None = None
         self._turn_span: Span | None = None  # the span of the turn in progress
         self._grants = 0
@@ -134,8 +134,7 @@ class Episode:
         if self._ctx_token is not None:
             try:
                 _CURRENT.reset(self._ctx_token)
-            except ValueError:
-                # exited in another context (e.g. a different task); nothing to restore
+            except ValueError:  # exited in another context (a task): nothing to restore
                 _CURRENT.set(None)
             self._ctx_token = None
         if exc is None and self._machine.raises_after_exit():
@@ -169,15 +168,15 @@ class Episode:
     def try_begin_turn(self, *, model: str | None = None) -> Turn | None:
         """Like :meth:`begin_turn`, but returns ``None`` where it would raise a budget stop."""
         action = self._machine.next_turn()
-        if action is TurnAction.FINISHED:
+        if action is _FINISHED:
             raise BudgetmixError(f"episode {self.id} already finished ({self._machine.status})")
         self._end_turn()
-        if action is TurnAction.CHARGE:
+        if action is _CHARGE:
             blocked = self.ledger.try_charge_turn()
             if blocked is None or self._extend(blocked, self.ledger.try_charge_turn) is None:
                 return self._open_turn(model, grace=False)
             action = self._machine.after_refusal()
-        if action is TurnAction.GRACE:
+        if action is _GRACE:
             self._event(sc.BM_EVENT_GRACE, "grace_turn", {})
             return self._open_turn(model, grace=True)
         return None
@@ -210,7 +209,7 @@ class Episode:
             notice = render_notice(state, c.notice.format)
         number = state.turn_number + (1 if grace else 0)
         remaining = state.turns_remaining - 1
-        span = self._trace.turn_span(number, model, grace=grace, turns_remaining=remaining)
+        span = self._trace.turn_span(number, model, grace, remaining)
         turn = Turn(self, number, model, notice, span, grace=grace)
         self._turn, self._turn_span = turn, span
         if not grace:
@@ -229,31 +228,23 @@ class Episode:
     # -- charging ----------------------------------------------------------------------
     def _extend(self, blocked: str, charge: Callable[[], str | None]) -> str | None:
         """``charge`` was refused on ``blocked``: ask the extension policy once per
-        refusing dimension, retrying the charge after each grant (a grant that does not
-        unblock, e.g. when a parent's limit refuses, must not loop forever). Returns
-        what still refuses, recorded as the episode's exhaustion."""
+        refusing dimension, charging again after each grant (one that does not unblock,
+        e.g. a parent's limit, must not loop forever); what still refuses is returned."""
+        ext = self.controller.extension
         asked: set[str] = set()
         current: str | None = blocked
-        while current is not None and current not in asked:
+        while ext is not None and current is not None and current not in asked:
             asked.add(current)
-            if not self._ask_extension(current):
+            grant = ext.on_limit(self, current)
+            if not grant:
                 break
+            self.grant(**grant)
             current = charge()
         if current is not None:
             self._refused(current)
         return current
 
-    def _ask_extension(self, dimension: str) -> bool:
-        ext = self.controller.extension
-        if ext is None:
-            return False
-        grant = ext.on_limit(self, dimension)
-        if not grant:
-            return False
-        self.grant(**grant)
-        return True
-
-    def _refused(self, dimension: str) -> None:
+    def _refused(self, dimension: str) -> None:  # the first refusal is reported
         if self._machine.refused(dimension):
             self._event(sc.BM_EVENT_EXHAUSTED, "exhausted", {"dimension": dimension})
             self._trace.exhausted(dimension)
@@ -303,11 +294,9 @@ class Episode:
     def record_tool_result(
         self, call_id: str, *, ok: bool, tool: str | None = None, detail: str = ""
     ) -> bool:
-        """Record the outcome of a tool call the episode did not run through
-        :meth:`tool_call` (the adapters read them from the tool results a request
-        carries): a success is a step that may complete a recovery, a failure a
-        ``tool_error`` mistake. Once per call id: returns ``False`` when that call's
-        outcome is already known (from here, a :class:`ToolCall`, or a mistake)."""
+        """Record the outcome of a tool call not run through :meth:`tool_call` (the
+        adapters read them from a request's tool results): a success is a step, a failure
+        a ``tool_error`` mistake. Once per call id: ``False`` when it is known already."""
         if call_id in self._outcomes:
             return False
         if ok:
@@ -334,10 +323,11 @@ class Episode:
             ConfigError: ``kind`` is not a :class:`MistakeKind` (or its value), or
                 ``detail``, ``tool``, ``call_id`` of the wrong type; nothing is recorded.
         """
-        m = self._tracker.mistake(kind, self.turn_number, tool=tool, call_id=call_id, detail=detail)
+        turn = self.turn_number
+        m = self._tracker.mistake(kind, turn, tool=tool, call_id=call_id, detail=detail)
         if call_id:
             self._outcomes.add(call_id)
-        self._steps.append(StepRecord(self.turn_number, ok=False, mistake=str(m.kind)))
+        self._steps.append(StepRecord(turn, ok=False, mistake=str(m.kind)))
         self._trace.mistake(self._turn_span, m)
         self._check_early_stop()
         return m
@@ -355,8 +345,9 @@ class Episode:
         if not ok:
             self.record_mistake(mistake or MistakeKind.ENV_ACTION_FAILED, detail=detail)
             return
-        self._steps.append(StepRecord(self.turn_number, ok=True, progress=progress))
-        recovery = self._tracker.success(self.turn_number)
+        turn = self.turn_number
+        self._steps.append(StepRecord(turn, ok=True, progress=progress))
+        recovery = self._tracker.success(turn)
         if recovery is not None:
             self._trace.recovery(self._turn_span, recovery)
         self._check_early_stop()
@@ -451,13 +442,12 @@ class Episode:
         return self.result
 
     def _event(self, otel_name: str, kind: str, detail: dict[str, Any]) -> None:
-        turn = self.turn_number
-        self._events.append(BudgetEvent(kind=kind, turn=turn, detail=detail))
-        self._trace.budget_event(otel_name, turn, detail)
+        self._events.append(BudgetEvent(kind=kind, turn=self.turn_number, detail=detail))
+        self._trace.budget_event(otel_name, self.turn_number, detail)
 
     # -- owner protocol (what Turn and ToolCall call) ----------------------------------
     def charge_resend(self) -> None:
-        """Charge a turn again before a request that gave its charge back is resent.
+        """Charge a turn again before a refunded request is resent.
 
         Raises:
             BudgetExhausted: a limit refuses it (the extension policy was asked).
@@ -469,10 +459,9 @@ class Episode:
                 raise self._exhausted_error(blocked)
 
     def turn_failed(self, detail: str, *, sent: bool, charged: bool) -> bool:
-        """A turn's request failed for good: a ``provider_error`` mistake when it was
-        ``sent`` (recorded first: it belongs to the turn that failed); the turn's charge
-        (if it holds one) given back unless the accounting counts failed requests, and
-        always when nothing was sent. ``True`` when the charge was given back."""
+        """A request failed for good: a ``provider_error`` mistake if it was ``sent``
+        (first: it belongs to the failed turn); the turn's charge given back unless failed
+        requests count (always when nothing was sent). ``True``: it was given back."""
         if sent:
             self.record_mistake(MistakeKind.PROVIDER_ERROR, detail=detail)
         if charged and not (sent and self.ledger.accounting.count_failed_requests):
@@ -481,8 +470,7 @@ class Episode:
         return False
 
     def turn_retrying(self, span: Span, attempt: int, exc: BaseException, delay: float) -> None:
-        """A failed attempt is about to be retried: charged as a turn when the accounting
-        counts retries, and a ``budgetmix.retry`` event on the turn's ``span``.
+        """A failed attempt will be retried: a turn if retries count, a retry event.
 
         Raises:
             BudgetExhausted: retries count and a limit refuses this one.
@@ -495,8 +483,8 @@ class Episode:
         self._trace.retry(span, attempt, delay, exc)
 
     def tool_finished(self, call: ToolCall, mistake: MistakeKind | None, detail: str) -> None:
-        """``call`` ended: a success is a step (it may complete a recovery); a mistake is
-        recorded, and its charge given back unless the accounting counts failed calls."""
+        """``call`` ended: a success is a step; a mistake is recorded (its charge given
+        back unless failed calls count)."""
         if mistake is not None:
             if not self.ledger.accounting.count_failed_tool_calls:
                 self.ledger.refund_tool_call(call.name)

@@ -96,13 +96,10 @@ class Instrumentation:
         self.m_mistakes = meter.create_counter(sc.BM_METRIC_MISTAKES, unit="{mistake}")
         self.m_recoveries = meter.create_counter(sc.BM_METRIC_RECOVERIES, unit="{recovery}")
 
-    def episode_trace(self, episode: Episode, hook_errors: list[str]) -> EpisodeTrace:
-        """The writer of ``episode`` (hooks that raise are listed in ``hook_errors``)."""
-        return EpisodeTrace(self, episode, hook_errors)
-
 
 class EpisodeTrace:
-    """One episode's spans, metric points and hook calls."""
+    """One episode's spans, metric points and hook calls (a hook that raises is listed
+    in ``hook_errors``)."""
 
     __slots__ = ("_episode", "_errors", "_hooks", "_inst", "_no_op", "span")
 
@@ -113,10 +110,6 @@ class EpisodeTrace:
         self._errors = hook_errors
         self._no_op: bool | None = None  # decided once per episode, when first asked
         self.span: trace.Span = trace.INVALID_SPAN
-
-    def _call(self, method: str, *args: Any) -> None:
-        if self._hooks:
-            call_hooks(self._hooks, method, self._episode, self._errors, *args)
 
     # -- spans -------------------------------------------------------------------------
     def start(self, parent: EpisodeTrace | None) -> None:
@@ -149,24 +142,22 @@ class EpisodeTrace:
         ctx = self.span.get_span_context()
         return format(ctx.trace_id, "032x") if ctx.is_valid else None
 
-    def _no_op_child(self, parent: trace.Span) -> trace.Span | None:
-        """What the OpenTelemetry no-op tracer returns for a child of ``parent`` (the
-        non-recording parent itself), without building the context and attributes it
-        would drop; ``None`` when a real tracer may record the child."""
-        if not isinstance(parent, NonRecordingSpan):
-            return None
-        if self._no_op is None:  # a provider installed mid-episode applies from the next
+    def _children_no_op(self) -> bool:
+        """Whether the children of a non-recording span are the no-op tracer's (that
+        span itself): then they are not built, nor their context and attributes. Asked
+        once per episode: a provider installed mid-episode applies from the next."""
+        if self._no_op is None:
             self._no_op = tracer_is_no_op(self._inst.tracer)
-        return parent if self._no_op else None
+        return self._no_op
 
     def turn_span(
-        self, number: int, model: str | None, *, grace: bool, turns_remaining: int
+        self, number: int, model: str | None, grace: bool, turns_remaining: int
     ) -> trace.Span:
         """A turn's ``chat {model}`` client span; operation, provider and model go in at
         span start, where samplers read them."""
-        no_op = self._no_op_child(self.span)
-        if no_op is not None:
-            return no_op
+        parent = self.span
+        if isinstance(parent, NonRecordingSpan) and (self._no_op or self._children_no_op()):
+            return parent  # what the no-op tracer would return
         ep = self._episode
         attrs: dict[str, str | int] = {sc.GEN_AI_OPERATION_NAME: "chat", sc.BM_TURN: number}
         provider = ep.controller.provider_name
@@ -178,7 +169,7 @@ class EpisodeTrace:
             attrs[sc.GEN_AI_REQUEST_MODEL] = model
         span = self._inst.tracer.start_span(
             f"chat {model}" if model else "chat",
-            context=trace.set_span_in_context(self.span),
+            context=trace.set_span_in_context(parent),
             kind=SpanKind.CLIENT,
             attributes=attrs,
         )
@@ -194,9 +185,8 @@ class EpisodeTrace:
         """One ``execute_tool {name}`` span per call of a batch, children of ``parent``
         (the turn's span; the episode's when ``None``)."""
         parent = self.span if parent is None else parent
-        no_op = self._no_op_child(parent)
-        if no_op is not None:
-            return [no_op] * len(names)
+        if isinstance(parent, NonRecordingSpan) and (self._no_op or self._children_no_op()):
+            return [parent] * len(names)  # what the no-op tracer would return
         ctx = trace.set_span_in_context(parent)
         spans = []
         for name, cid in zip(names, call_ids, strict=True):
@@ -217,17 +207,20 @@ class EpisodeTrace:
     # -- what happened -----------------------------------------------------------------
     def turn_opened(self, number: int) -> None:
         """A model turn was charged (``on_turn``)."""
-        self._call("on_turn", number)
+        if self._hooks:
+            call_hooks(self._hooks, "on_turn", self._episode, self._errors, number)
 
     def warning(self, state: LedgerState) -> None:
         """The remaining turns fell to the warning share (``on_budget_warning``)."""
-        self._call("on_budget_warning", state)
+        if self._hooks:
+            call_hooks(self._hooks, "on_budget_warning", self._episode, self._errors, state)
 
     def exhausted(self, dimension: str) -> None:
         """A limit refused a turn or a tool batch, the first time in the episode: the
         exhaustions metric and ``on_exhausted``."""
         self._inst.m_exhaustions.add(1, {"dimension": dimension})
-        self._call("on_exhausted", dimension)
+        if self._hooks:
+            call_hooks(self._hooks, "on_exhausted", self._episode, self._errors, dimension)
 
     def budget_event(self, name: str, turn: int, detail: Mapping[str, Any]) -> None:
         """A budget event (warning, exhausted, extended, grace turn, early stop) on the
@@ -252,7 +245,8 @@ class EpisodeTrace:
                 attrs[sc.GEN_AI_TOOL_CALL_ID] = mistake.call_id
             span.add_event(sc.BM_EVENT_MISTAKE, attrs)
         self._inst.m_mistakes.add(1, {"kind": str(mistake.kind)})
-        self._call("on_mistake", mistake)
+        if self._hooks:
+            call_hooks(self._hooks, "on_mistake", self._episode, self._errors, mistake)
 
     def recovery(self, span: trace.Span | None, recovery: Recovery) -> None:
         """The ``budgetmix.recovery`` event, its metric point and ``on_recovery``."""
@@ -267,7 +261,8 @@ class EpisodeTrace:
                 },
             )
         self._inst.m_recoveries.add(1)
-        self._call("on_recovery", recovery)
+        if self._hooks:
+            call_hooks(self._hooks, "on_recovery", self._episode, self._errors, recovery)
 
     def retry(self, span: trace.Span, attempt: int, delay: float, exc: BaseException) -> None:
         """The ``budgetmix.retry`` event: a failed attempt about to be retried after
@@ -284,7 +279,8 @@ class EpisodeTrace:
 
     def tool_result(self, call: ToolCall) -> None:
         """A tool call ended (``on_tool_result``)."""
-        self._call("on_tool_result", call)
+        if self._hooks:
+            call_hooks(self._hooks, "on_tool_result", self._episode, self._errors, call)
 
     def closed(self, result: EpisodeResult) -> None:
         """The episode ended: the span's closing attributes (status, counts, and per
@@ -308,7 +304,8 @@ class EpisodeTrace:
                 set_error(span, (result.error or "error").split(":")[0])
         span.end()
         self._inst.m_turns.record(result.used["turns"], {"status": str(result.status)})
-        self._call("on_finish", result)
+        if self._hooks:
+            call_hooks(self._hooks, "on_finish", self._episode, self._errors, result)
 
 
 # -- what a turn or a tool call writes on its own span ----------------------------------
