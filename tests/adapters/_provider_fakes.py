@@ -135,3 +135,20 @@ def last_message(rig: Rig) -> Any:
     if "input" in body:
         return body["input"][-1]
     return body["messages"][-1]
+
+
+def kinds(ep: Any) -> list[str]:
+    """The kinds of ``ep``'s mistakes, in order."""
+    return [str(m.kind) for m in ep.mistakes]
+
+
+def transport(rig: Rig, **kw: Any) -> Any:
+    """A sync :class:`~budgetmix.adapters.http.BudgetTransport` in front of ``rig``'s net."""
+    from budgetmix.adapters.http import BudgetTransport
+
+    return BudgetTransport(rig.net, rig.controller, sleep=rig.sleep, **kw)
+
+
+def chat_request(**extra: Any) -> dict[str, Any]:
+    """A one-message Chat Completions request body."""
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], **extra}

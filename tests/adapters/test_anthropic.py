@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, make_rig
+from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, kinds, make_rig
 from budgetmix import BudgetExhausted, EpisodeStatus, MistakeKind, ProviderError
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.anthropic import AsyncBudgetedAnthropic, BudgetedAnthropic
@@ -30,10 +30,6 @@ FAILED_TOOL: list[dict[str, Any]] = [
         ],
     },
 ]
-
-
-def kinds(ep: Any) -> list[str]:
-    return [str(m.kind) for m in ep.mistakes]
 
 
 def test_create_injects_after_tool_results_and_records_everything() -> None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from _provider_fakes import CHAT_TOOLS, RESPONSES_TOOLS, last_message, make_rig
+from _provider_fakes import CHAT_TOOLS, RESPONSES_TOOLS, kinds, last_message, make_rig
 from budgetmix import (
     Budget,
     BudgetController,
@@ -25,10 +25,6 @@ from budgetmix.adapters.testing import Reply
 openai = pytest.importorskip("openai")
 
 USER = [{"role": "user", "content": "what is 1+2?"}]
-
-
-def kinds(ep: Any) -> list[str]:
-    return [str(m.kind) for m in ep.mistakes]
 
 
 # -- chat completions ------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _provider_fakes import CHAT_TOOLS, make_rig
+from _provider_fakes import CHAT_TOOLS, kinds, make_rig
 from budgetmix import BudgetExhausted, BudgetmixError
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.base import ToolCallRequest
@@ -22,10 +22,6 @@ NOTICE_1 = "Budget (v1): turn 1 of 5, 5 turns left including this one."
 
 class Answer(BaseModel):
     value: int
-
-
-def kinds(ep: Any) -> list[str]:
-    return [str(m.kind) for m in ep.mistakes]
 
 
 def sent(rig: Any, i: int = 0) -> Any:
