@@ -18,8 +18,9 @@ in ``<tool_response>`` when the template has no tool support.
 
 torch and transformers are imported on first use; without them
 :class:`~budgetmix.exceptions.MissingExtraError` names the ``train`` extra.
-:func:`loading_errors` turns a loader failure on a local directory into a
-:class:`~budgetmix.exceptions.CheckpointError` (training's loader uses it too).
+:func:`load_model` is the one Hugging Face loader (training's ``load_pretrained``
+calls it); :func:`loading_errors` turns a loader failure on a local directory
+into a :class:`~budgetmix.exceptions.CheckpointError`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",
     "LocalChatModel",
+    "load_model",
     "loading_errors",
     "parse_tool_calls",
 ]
@@ -152,6 +154,50 @@ def _loading_errors(local: str | Path | None) -> Iterator[None]:
         yield
 
 
+def load_model(
+    path: str | Path, *, dtype: str = "float32", local_files_only: bool = False
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` with ``AutoModelForCausalLM`` / ``AutoTokenizer``: the one loader.
+
+    Weights are read from safetensors only (``use_safetensors=True``). ``path``
+    is a local directory or a Hub id (``local_files_only=True`` forbids downloads);
+    a local directory is never looked up on the Hub, and one that budgetmix
+    wrote is verified against its ``manifest.json`` first. ``dtype`` reaches
+    transformers under the keyword this version takes.
+
+    Raises:
+        MissingExtraError: torch/transformers are not installed.
+        ConfigError: unknown ``dtype``, or ``path`` is no local directory (and,
+            with ``local_files_only``, or not shaped like a Hub id, names no model).
+        CheckpointError: a file of the directory is damaged (the message names it)
+            or the model in it cannot be loaded.
+    """
+    torch = require("torch", "train")
+    transformers = require("transformers", "train")
+    torch_dtype = {
+        "float32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+    }.get(dtype)
+    if torch_dtype is None:
+        raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    local = _local_model_dir(path, local_files_only=local_files_only)
+    # transformers 4.56 renamed torch_dtype to dtype; pass whichever this version takes.
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    with _loading_errors(path if local else None):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            str(path), local_files_only=local_files_only or local
+        )
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path),
+            use_safetensors=True,
+            local_files_only=local_files_only or local,
+            **{dtype_kw: torch_dtype},
+        )
+    return model, tokenizer
+
+
 class LocalChatModel:
     """A local causal LM and its tokenizer, as a chat model.
 
@@ -219,44 +265,16 @@ class LocalChatModel:
         local_files_only: bool = False,
         **options: Any,
     ) -> LocalChatModel:
-        """Load model and tokenizer with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
+        """Load model and tokenizer with :func:`load_model` (safetensors only, manifest checked).
 
-        Weights are read from safetensors only (``use_safetensors=True``). ``path``
-        is a local directory or a Hub id (``local_files_only=True`` forbids downloads);
-        a local directory is never looked up on the Hub, and one that budgetmix
-        wrote is verified against its ``manifest.json`` first. ``options`` go to
-        the constructor.
+        ``path`` is a local directory or a Hub id (``local_files_only=True``
+        forbids downloads). ``options`` go to the constructor.
 
         Raises:
-            MissingExtraError: torch/transformers are not installed.
-            ConfigError: unknown ``dtype``, or ``path`` is no local directory (and,
-                with ``local_files_only``, or not shaped like a Hub id, names no model).
-            CheckpointError: a file of the directory is damaged (the message names it)
-                or the model in it cannot be loaded.
+            MissingExtraError, ConfigError, CheckpointError: as :func:`load_model`;
+                ``ConfigError`` also for an option out of range.
         """
-        torch = require("torch", "train")
-        transformers = require("transformers", "train")
-        torch_dtype = {
-            "float32": torch.float32,
-            "bfloat16": torch.bfloat16,
-            "float16": torch.float16,
-        }.get(dtype)
-        if torch_dtype is None:
-            raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-        local = _local_model_dir(path, local_files_only=local_files_only)
-        # transformers 4.56 renamed torch_dtype to dtype; pass whichever this version takes.
-        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-        dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-        with _loading_errors(path if local else None):
-            tokenizer = transformers.AutoTokenizer.from_pretrained(
-                str(path), local_files_only=local_files_only or local
-            )
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(path),
-                use_safetensors=True,
-                local_files_only=local_files_only or local,
-                **{dtype_kw: torch_dtype},
-            )
+        model, tokenizer = load_model(path, dtype=dtype, local_files_only=local_files_only)
         if device is not None:
             model = model.to(device)
         model.eval()

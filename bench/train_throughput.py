@@ -36,15 +36,15 @@ from budgetmix.training.algorithms import (
 )
 from budgetmix.training.chat import ChatCodec
 from budgetmix.training.config import preset
+from budgetmix.training.envs import env_tasks
 from budgetmix.training.generation import ModelGenerator
 from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
-from budgetmix.training.toy import echo_tasks
 from budgetmix.training.trainer import train
 
 
 def _specs(cfg: Any, rng: random.Random) -> list[EpisodeSpec]:
     sampler = cfg.budget_sampler()
-    tasks = echo_tasks(range(cfg.groups_per_step), **cfg.env_kwargs)
+    tasks = env_tasks("echo", range(cfg.groups_per_step), cfg.env_kwargs)
     return [
         EpisodeSpec(task=t, budget=sampler.sample(rng), group=g)
         for g, t in enumerate(tasks)
@@ -145,7 +145,7 @@ def _trl_rows(
     import trl
     from budgetmix.training.trl_adapter import budget_reward, make_rollout_func
 
-    tasks = echo_tasks(range(cfg.groups_per_step), **cfg.env_kwargs)
+    tasks = env_tasks("echo", range(cfg.groups_per_step), cfg.env_kwargs)
     inner = make_rollout_func(tasks, cfg.budget_sampler(), tok, settings=settings)
     outs: list[dict[str, Any]] = []
 

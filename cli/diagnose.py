@@ -150,7 +150,7 @@ def _run(args: DiagnoseOptions) -> int:
         run_episodes,
         success_curve,
     )
-    from budgetmix.training.envs.frozenlake_compact import compact_tasks
+    from budgetmix.training.envs import env_tasks
     from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel, find_ceiling
     from rich.console import Console
     from rich.table import Table
@@ -162,7 +162,8 @@ def _run(args: DiagnoseOptions) -> int:
         {max(1, round(f * ceiling)) for f in (0.25, 0.5, 0.75, 1.0, 1.5)}
     )
     q = frozenlake_q(model)
-    tasks = compact_tasks(
+    tasks = env_tasks(
+        "frozenlake-compact",
         range(1_000_000, 1_000_000 + args.episodes),
         {"desc": desc, "success_rate": args.success_rate},
     )

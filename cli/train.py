@@ -78,7 +78,7 @@ def _base_config(args: argparse.Namespace) -> TrainConfig:
 
 def _check_env(config: TrainConfig) -> None:
     """Build one task and its environment, so bad ``env_kwargs`` fail before training."""
-    from budgetmix.training.tasks import env_spec
+    from budgetmix.training.envs import env_spec
 
     tasks = env_spec(config.env).make_tasks([0], dict(config.env_kwargs))
     tasks[0].make_env()

@@ -140,9 +140,13 @@ class TrainConfig:
                 f"TrainConfig.notice_format must be one of {', '.join(NOTICE_FORMATS)}, "
                 f"got {self.notice_format!r}"
             )
-        from budgetmix.training.tasks import env_spec
+        from budgetmix.training.envs import env_spec
 
-        env_spec(self.env)
+        if env_spec(self.env).demonstrator is None and self.sft_steps:
+            raise ConfigError(
+                f"TrainConfig.sft_steps must be 0 for env {self.env!r}: it has no scripted "
+                "demonstrator to imitate"
+            )
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         object.__setattr__(self, "sampler", dict(self.sampler))
         try:

@@ -9,7 +9,8 @@ see, notices included). :func:`pointwise` lifts a one-point function.
   as in training rollouts) and records every decision point.
 * :func:`compare_actions` -- from the *same* decision points, which of two
   policies picks the better action, by a Q-function: exact finite-horizon values
-  for FrozenLake (:func:`frozenlake_q`) or Monte Carlo (:func:`monte_carlo_q`).
+  for FrozenLake (:func:`frozenlake_q`) or Monte Carlo
+  (:func:`budgetmix.training.monte_carlo.monte_carlo_q`).
   Reported overall and restricted to points right after a mistake (the paper:
   RL better in ~43% of FrozenLake states overall, ~66% right after a mistake).
 * :func:`success_curve` -- success vs turn budget T with Wilson intervals
@@ -24,7 +25,6 @@ the edge, ...) or, when a Q-function is given, an action that loses more than
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +35,11 @@ from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
 from budgetmix.training.chat import environment_message
+from budgetmix.training.envs.agents import FrozenLakeDemonstrator
 from budgetmix.training.envs.frozenlake_compact import parse_move
 from budgetmix.training.envs.frozenlake_oracle import (
     ACTIONS,
     FrozenLakeModel,
-    discounted_values,
     finite_horizon_values,
 )
 
@@ -48,15 +48,14 @@ __all__ = [
     "CurvePoint",
     "DecisionPoint",
     "EpisodeTrace",
+    "LiveEpisode",
     "Policy",
     "QFunction",
     "RecoveryResult",
     "compare_actions",
     "frozenlake_oracle_policy",
     "frozenlake_q",
-    "frozenlake_reseed",
     "invalid_reply",
-    "monte_carlo_q",
     "pointwise",
     "recovery_injection",
     "run_episodes",
@@ -126,8 +125,8 @@ def default_snapshot(env: Environment) -> Hashable:
     return state
 
 
-class _Live:
-    """An episode in progress: environment, ledger, chat, history."""
+class LiveEpisode:
+    """An episode in progress: environment, ledger, chat, history (what run_episodes steps)."""
 
     def __init__(self, task: Task, budget: int, fmt: str, snapshot: Snapshot) -> None:
         self.task, self.budget, self.fmt, self.snapshot = task, budget, fmt, snapshot
@@ -235,7 +234,7 @@ def run_episodes(
         raise ConfigError("budget: give one budget, or one per task")
     if any(b < 1 for b in budgets):
         raise ConfigError(f"budget: must be >= 1, got {min(budgets)}")
-    live = [_Live(t, b, notice_format, snapshot) for t, b in zip(tasks, budgets, strict=True)]
+    live = [LiveEpisode(t, b, notice_format, snapshot) for t, b in zip(tasks, budgets, strict=True)]
     forced = dict(force or {})
     while active := [ep for ep in live if ep.termination is None]:
         points = [ep.point() for ep in active]
@@ -272,95 +271,6 @@ def frozenlake_q(
     return q
 
 
-def frozenlake_reseed(env: Environment, seed: int) -> None:
-    """Reseed the slips of a live FrozenLake episode (for Monte Carlo continuations).
-
-    Relies on ``FrozenLakeEnv`` keeping its gymnasium env in ``_gym``.
-    """
-    import numpy as np
-
-    unwrap(env)._gym.unwrapped.np_random = np.random.default_rng(seed)  # type: ignore[attr-defined]
-
-
-def monte_carlo_q(
-    tasks: Sequence[Task],
-    continuation: Policy,
-    *,
-    n: int = 32,
-    notice_format: str = "v1-compact",
-    snapshot: Snapshot = default_snapshot,
-    reseed: Callable[[Environment, int], None] | None = None,
-    max_attempts: int = 50,
-    seed: int = 0,
-) -> QFunction:
-    """Monte Carlo Q: reach the point's state again, take the action, then run ``continuation``.
-
-    The state is reached by replaying ``point.actions`` in a fresh environment of
-    the point's task (looked up in ``tasks`` by ``task_id``). With ``reseed`` the
-    environment's randomness is reseeded after the replay, once per sample;
-    without it, each sample replays from a different reset seed and only replays
-    that end in the same ``snapshot`` count (rejection; a sample is dropped after
-    ``max_attempts`` misses). The estimate is the mean success over the kept
-    samples (0.0 when none was kept).
-
-    Raises:
-        ConfigError: ``n`` < 1, a point of an unknown task, or (with ``reseed``)
-            a replay that does not reach the recorded state.
-    """
-    if n < 1:
-        raise ConfigError(f"n: must be >= 1, got {n}")
-    registry = {t.task_id: t for t in tasks}
-
-    def q(point: DecisionPoint, action: str) -> float:
-        task = registry.get(point.task_id)
-        if task is None:
-            raise ConfigError(f"monte_carlo_q: unknown task {point.task_id!r}")
-        rng = random.Random(f"mc:{seed}:{point.task_id}:{point.seed}:{point.turn}:{action}")
-        wins = total = 0
-        for i in range(n):
-            ep = _replayed(task, point, notice_format, snapshot, reseed, rng, i, max_attempts)
-            if ep is None:
-                continue
-            total += 1
-            ep.apply(ep.point(), action, None, 0.0)
-            while ep.termination is None:
-                nxt = ep.point()
-                ep.apply(nxt, continuation([nxt])[0], None, 0.0)
-            wins += int(ep.success)
-        return wins / total if total else 0.0
-
-    return q
-
-
-def _replayed(
-    task: Task,
-    point: DecisionPoint,
-    fmt: str,
-    snapshot: Snapshot,
-    reseed: Callable[[Environment, int], None] | None,
-    rng: random.Random,
-    sample: int,
-    max_attempts: int,
-) -> _Live | None:
-    attempts = 1 if reseed is not None else max_attempts
-    for _ in range(attempts):
-        seed = task.seed if reseed is not None else rng.randrange(2**31)
-        replay = Task(task_id=task.task_id, make_env=task.make_env, seed=seed)
-        ep = _Live(replay, point.turns_total, fmt, snapshot)
-        for a in point.actions:
-            ep.apply(ep.point(), a, None, 0.0)
-            if ep.termination is not None:
-                break
-        if ep.termination is None and snapshot(ep.env) == point.state:
-            if reseed is not None:
-                reseed(ep.env, rng.randrange(2**31) + sample)
-            ep.points.clear()
-            return ep
-        if reseed is not None:
-            raise ConfigError("monte_carlo_q: replaying the actions did not reach the same state")
-    return None
-
-
 # -- policies and forced mistakes --------------------------------------------------------
 def frozenlake_oracle_policy(
     model: FrozenLakeModel,
@@ -375,26 +285,16 @@ def frozenlake_oracle_policy(
 
     ``budget_blind`` acts on the ``gamma``-discounted stationary policy instead.
     ``noise`` replaces the move by a random other one with that probability (the
-    noisy demonstrator); ``moves`` are the texts of action ids 0..3.
+    noisy demonstrator); ``moves`` are the texts of action ids 0..3. It is
+    :class:`~budgetmix.training.envs.agents.FrozenLakeDemonstrator` on ``model``'s map.
     """
-    import numpy as np
-
-    v_gamma, stationary = discounted_values(model, gamma)
-    q_gamma = model.transitions @ v_gamma
-    q = frozenlake_q(model, parse=lambda text: ACTIONS.index(text) if text in ACTIONS else None)
-    rng = random.Random(f"oracle:{seed}")
+    demo = FrozenLakeDemonstrator(
+        noise, f"oracle:{seed}", budget_blind=budget_blind, gamma=gamma, moves=moves
+    )
 
     def one(point: DecisionPoint) -> str:
         cell = int(point.state)  # type: ignore[call-overload]
-        if budget_blind:
-            best = int(stationary[cell])
-        else:
-            values = np.array([q(point, a) for a in ACTIONS])
-            optimal = values >= values.max() - 1e-12
-            best = int(np.where(optimal, q_gamma[cell], -np.inf).argmax())
-        if noise and rng.random() < noise:
-            best = rng.choice([a for a in range(4) if a != best])
-        return moves[best]
+        return demo.move(model, cell, point.turns_remaining)
 
     return pointwise(one)
 

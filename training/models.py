@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgetmix._deps import require
-from budgetmix.adapters.local import loading_errors
+from budgetmix.adapters.local import load_model
 from budgetmix.exceptions import ConfigError
-from budgetmix.manifest import verify_manifest
 
-__all__ = ["TinyModelSpec", "apply_lora", "build_tiny_model", "load_pretrained"]
+if TYPE_CHECKING:
+    from budgetmix.training.config import TrainConfig
+
+__all__ = ["TinyModelSpec", "apply_lora", "build_policy", "build_tiny_model", "load_pretrained"]
 
 _ARCHS = ("llama", "qwen2")
 
@@ -96,10 +98,12 @@ def build_tiny_model(spec: TinyModelSpec, tokenizer: Any, *, seed: int = 0) -> A
 def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a local directory; never downloads, never unpickles.
 
-    A directory budgetmix wrote carries a ``manifest.json``; every file it
-    lists is verified (size and SHA-256) before anything is loaded. A
-    directory without one (a Hugging Face model of your own) loads unverified.
-    Weights are read from safetensors only.
+    :func:`budgetmix.adapters.local.load_model` with ``local_files_only``: a
+    directory budgetmix wrote carries a ``manifest.json``; every file it lists
+    is verified (size and SHA-256) before anything is loaded. A directory
+    without one (a Hugging Face model of your own) loads unverified. Weights
+    are read from safetensors only. The tokenizer gets a pad token (its EOS)
+    when it has none.
 
     Raises:
         ConfigError: ``path`` is not a directory, the tokenizer has no chat
@@ -107,31 +111,13 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
         CheckpointError: a file is damaged (the message names it) or cannot be loaded.
         MissingExtraError: torch/transformers are not installed.
     """
-    require("torch", "train")
-    require("transformers", "train")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if not Path(path).is_dir():
         raise ConfigError(f"model_path {str(path)!r} is not a local directory")
-    torch_dtype = {
-        "float32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-    }.get(dtype)
-    if torch_dtype is None:
-        raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    verify_manifest(path)
-    with loading_errors(path):
-        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model, tokenizer = load_model(path, dtype=dtype, local_files_only=True)
     if tokenizer.chat_template is None:
         raise ConfigError(f"tokenizer at {str(path)!r} has no chat template")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    with loading_errors(path):
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), local_files_only=True, use_safetensors=True, dtype=torch_dtype
-        )
     return model, tokenizer
 
 
@@ -152,3 +138,25 @@ def apply_lora(model: Any, *, rank: int = 8, alpha: int = 16, dropout: float = 0
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, cfg)
+
+
+def build_policy(config: TrainConfig) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer."""
+    from budgetmix.training.tokenizer import build_char_tokenizer
+
+    if config.model_path is not None:
+        model, tokenizer = load_pretrained(config.model_path, dtype=config.dtype)
+    else:
+        tokenizer = build_char_tokenizer()
+        spec = TinyModelSpec(
+            arch=config.arch,
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            num_kv_heads=config.num_kv_heads,
+            max_positions=max(2048, config.max_total_tokens),
+        )
+        model = build_tiny_model(spec, tokenizer, seed=config.seed)
+    if config.lora:
+        model = apply_lora(model, rank=config.lora_rank, alpha=2 * config.lora_rank)
+    return model, tokenizer

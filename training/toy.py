@@ -13,13 +13,13 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from budgetmix.environment import StepLabel, StepResult, Task
+from budgetmix.environment import StepLabel, StepResult
 from budgetmix.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from budgetmix.training.generation import GenerationRequest
 
-__all__ = ["EchoEnv", "echo_agent", "echo_tasks"]
+__all__ = ["EchoEnv", "echo_agent"]
 
 
 class EchoEnv:
@@ -99,14 +99,3 @@ class EchoAgent:
             wrong = sorted({c for c in env.letters + "abcd" if c != env.target})
             return self.rng.choice(wrong)
         return env.target
-
-
-def echo_tasks(seeds: range | list[int], **env_kwargs: object) -> list[Task]:
-    """One :class:`Task` per seed over :class:`EchoEnv` built with ``env_kwargs``."""
-    letters = str(env_kwargs.get("letters", "abcd"))
-    min_len = int(env_kwargs.get("min_len", 1))  # type: ignore[call-overload]
-    max_len = int(env_kwargs.get("max_len", 3))  # type: ignore[call-overload]
-    return [
-        Task(task_id=f"echo-{s}", make_env=lambda: EchoEnv(letters, min_len, max_len), seed=s)
-        for s in seeds
-    ]

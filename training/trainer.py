@@ -36,8 +36,10 @@ from budgetmix.training.algorithms import (
 from budgetmix.training.chat import ChatCodec
 from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from budgetmix.training.config import TrainConfig
+from budgetmix.training.envs import env_spec
 from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
+from budgetmix.training.models import build_policy
 from budgetmix.training.rollout import (
     EpisodeSpec,
     Rollout,
@@ -45,7 +47,6 @@ from budgetmix.training.rollout import (
     TokenCheck,
     run_rollouts,
 )
-from budgetmix.training.tasks import env_spec
 
 __all__ = ["TrainResult", "Trainer", "train"]
 
@@ -59,34 +60,6 @@ class TrainResult:
     metrics: list[dict[str, Any]]
     final_model_dir: Path | None
     evaluation: dict[str, Any] = field(default_factory=dict)
-
-
-def build_policy(config: TrainConfig) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer."""
-    from budgetmix.training.models import (
-        TinyModelSpec,
-        apply_lora,
-        build_tiny_model,
-        load_pretrained,
-    )
-    from budgetmix.training.tokenizer import build_char_tokenizer
-
-    if config.model_path is not None:
-        model, tokenizer = load_pretrained(config.model_path, dtype=config.dtype)
-    else:
-        tokenizer = build_char_tokenizer()
-        spec = TinyModelSpec(
-            arch=config.arch,
-            hidden_size=config.hidden_size,
-            num_layers=config.num_layers,
-            num_heads=config.num_heads,
-            num_kv_heads=config.num_kv_heads,
-            max_positions=max(2048, config.max_total_tokens),
-        )
-        model = build_tiny_model(spec, tokenizer, seed=config.seed)
-    if config.lora:
-        model = apply_lora(model, rank=config.lora_rank, alpha=2 * config.lora_rank)
-    return model, tokenizer
 
 
 class Trainer:
@@ -315,6 +288,19 @@ class Trainer:
             **_prefixed("demo_", summarize(self._gather([summary_of(d) for d in demos]))),
         }
 
+    def _rl_specs(self) -> list[EpisodeSpec]:
+        """``groups_per_step`` groups of ``group_size`` episodes: one task (seed) per group,
+        one budget per group (``"shared"``) or per episode (``"mixed"``)."""
+        cfg = self.config
+        specs: list[EpisodeSpec] = []
+        for g in range(cfg.groups_per_step):
+            task = self._task(self.rng.randrange(cfg.num_train_seeds))
+            shared = self._draw()
+            for _ in range(cfg.group_size):
+                budget = shared if cfg.group_budgets == "shared" else self._draw()
+                specs.append(EpisodeSpec(task=task, budget=budget, group=g))
+        return specs
+
     def rl_step(self) -> dict[str, Any]:
         """One GRPO/RLOO step: rollouts under drawn budgets, advantages, clipped updates."""
         cfg = self.config
@@ -323,16 +309,9 @@ class Trainer:
             if cfg.kl_coef > 0:
                 self._snapshot_reference()
         lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps)
-        specs: list[EpisodeSpec] = []
-        for g in range(cfg.groups_per_step):
-            task = self._task(self.rng.randrange(cfg.num_train_seeds))
-            shared = self._draw()
-            for _ in range(cfg.group_size):
-                budget = shared if cfg.group_budgets == "shared" else self._draw()
-                specs.append(EpisodeSpec(task=task, budget=budget, group=g))
         t0 = time.perf_counter()
         rollouts = run_rollouts(
-            self._local(specs), self._model_generator(), self.codec, self.settings
+            self._local(self._rl_specs()), self._model_generator(), self.codec, self.settings
         )
         t_rollout = time.perf_counter() - t0
         adv = group_advantages(

@@ -48,6 +48,14 @@ def test_bad_values_name_the_field(field: str, value: object) -> None:
         TrainConfig(**{field: value})  # type: ignore[arg-type]
 
 
+def test_an_env_without_a_demonstrator_trains_with_rl_only() -> None:
+    assert TrainConfig(env="faulty_tools", sft_steps=0).env == "faulty_tools"
+    with pytest.raises(ConfigError, match="sft_steps must be 0 for env 'humaneval'"):
+        TrainConfig(env="humaneval")
+    with pytest.raises(ConfigError, match="env: unknown"):
+        TrainConfig(env="chess", sft_steps=0)
+
+
 def test_unknown_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown TrainConfig field.*learning_rate"):
         TrainConfig.from_dict({"learning_rate": 1.0})

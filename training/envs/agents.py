@@ -8,7 +8,8 @@ not tell it the budget).
 Scripted agents read the environment's documented public attributes, below any
 wrapper (see :func:`~budgetmix.environment.unwrap`):
 
-* :class:`FrozenLakeOracle`: ``FrozenLakeEnv.model`` and ``.state``;
+* :class:`FrozenLakeOracle` and :class:`FrozenLakeDemonstrator` (the noisy
+  SFT demonstrator): ``FrozenLakeEnv.model`` and ``.state``;
 * :class:`FaultyToolsOracle`: ``FaultyToolsEnv.start_key`` and ``.table`` (for
   wrong keys only); it follows the chain from the observations;
 * :class:`HumanEvalOracle`: ``HumanEvalEnv.problem``;
@@ -27,22 +28,16 @@ from budgetmix.environment import Environment, ScriptedAgent, StepResult, unwrap
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.faulty_tools import FaultyToolsEnv
 from budgetmix.training.envs.frozenlake import FrozenLakeEnv
-from budgetmix.training.envs.frozenlake_oracle import (
-    ACTIONS,
-    FrozenLakeModel,
-    discounted_values,
-    finite_horizon_values,
-    stationary_policy,
-)
+from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, OptimalPolicy
 from budgetmix.training.envs.humaneval import HumanEvalEnv
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
+    from budgetmix.training.generation import GenerationRequest
 
 __all__ = [
     "INVALID_ACTIONS",
     "FaultyToolsOracle",
+    "FrozenLakeDemonstrator",
     "FrozenLakeOracle",
     "HumanEvalOracle",
     "NoisyOracle",
@@ -120,7 +115,7 @@ class RandomAgent:
 
 
 class FrozenLakeOracle:
-    """Optimal FrozenLake play from the exact model.
+    """Optimal FrozenLake play from the exact model (:class:`OptimalPolicy`).
 
     Budget-aware (default): ``argmax Q[turns_remaining][state]`` from finite-horizon
     value iteration (ties go to the action with the best ``gamma``-discounted value,
@@ -135,10 +130,7 @@ class FrozenLakeOracle:
         self.budget_blind = budget_blind
         self.gamma = gamma
         self._env: FrozenLakeEnv | None = None
-        self._model: FrozenLakeModel | None = None
-        self._policy: npt.NDArray[np.intp] | None = None
-        self._q: npt.NDArray[np.float64] | None = None
-        self._q_gamma: npt.NDArray[np.float64] | None = None
+        self._policy: OptimalPolicy | None = None
 
     def reset(self, env: Environment, seed: int) -> None:
         """Bind to the (reset) environment; recompute the tables when the map changed."""
@@ -146,34 +138,13 @@ class FrozenLakeOracle:
         if not isinstance(inner, FrozenLakeEnv):
             raise ConfigError(f"env: FrozenLakeOracle needs a FrozenLakeEnv, got {env.name!r}")
         self._env = inner
-        if self._model is not inner.model:
-            self._model = inner.model
-            self._policy = None
-            self._q = None
-            self._q_gamma = None
+        if self._policy is None or self._policy.model is not inner.model:
+            self._policy = OptimalPolicy(inner.model, gamma=self.gamma)
 
     def _choice(self, turns_remaining: int | None) -> int:
-        import numpy as np
-
-        if self._env is None or self._model is None:
+        if self._env is None or self._policy is None:
             raise ConfigError("agent: call reset() first")
-        state = self._env.state
-        if self.budget_blind or turns_remaining is None:
-            if self._policy is None:
-                self._policy = stationary_policy(self._model, self.gamma)
-            return int(self._policy[state])
-        t = max(1, turns_remaining)
-        if self._q is None or self._q.shape[0] <= t:
-            self._q = finite_horizon_values(self._model, max(t, 64))[1]
-        if self._q_gamma is None:
-            values = discounted_values(self._model, self.gamma)[0]
-            self._q_gamma = self._model.transitions @ values
-        # Many actions tie when the budget has slack (e.g. bumping into the edge and then
-        # taking the shortest path); among the exact optima take the fastest, per the
-        # discounted values, so the oracle does not waste turns.
-        q = self._q[t, state]
-        optimal = q >= q.max() - 1e-12
-        return int(np.where(optimal, self._q_gamma[state], -np.inf).argmax())
+        return self._policy.move(self._env.state, None if self.budget_blind else turns_remaining)
 
     def act(self, observation: str, turns_remaining: int | None) -> str:
         """``Action: <direction>`` of the optimal move."""
@@ -185,6 +156,60 @@ class FrozenLakeOracle:
         """A direction other than the optimal one."""
         best = self._choice(turns_remaining)
         return f"Action: {rng.choice([a for i, a in enumerate(ACTIONS) if i != best])}"
+
+
+class FrozenLakeDemonstrator:
+    """The optimal move (:class:`OptimalPolicy`), replaced by a random other one at ``error_rate``.
+
+    The scripted demonstrator of SFT (``demonstrator(request)``, the trainer's
+    demo-agent hook: ``request.env`` is the live environment, any FrozenLake
+    below wrappers) and the diagnostics' oracle policy (:meth:`move`). Budget-aware
+    by default; ``budget_blind`` acts on the stationary policy whatever the budget
+    (a model cloned from it starts out ignoring its budget). ``moves`` are the
+    texts of action ids 0..3; ``seed`` seeds the error draws.
+
+    Raises:
+        ConfigError: ``error_rate`` outside ``[0, 1]``, or (when called) an
+            environment that is not a FrozenLake one.
+    """
+
+    def __init__(
+        self,
+        error_rate: float,
+        seed: int | str,
+        *,
+        budget_blind: bool = False,
+        gamma: float = 0.999,
+        moves: Sequence[str] = ACTIONS,
+    ) -> None:
+        if not 0.0 <= error_rate <= 1.0:
+            raise ConfigError(f"error_rate: must be in [0, 1], got {error_rate}")
+        self.error_rate = error_rate
+        self.budget_blind = budget_blind
+        self.gamma = gamma
+        self.moves = tuple(moves)
+        self.rng = random.Random(seed)
+        self._policies: dict[tuple[tuple[str, ...], bool, float], OptimalPolicy] = {}
+
+    def move(self, model: FrozenLakeModel, state: int, turns_remaining: int) -> str:
+        """The (possibly wrong) move text at cell ``state`` of ``model``'s map."""
+        key = (model.desc, model.slippery, model.success_rate)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = OptimalPolicy(model, gamma=self.gamma)
+        best = policy.move(state, None if self.budget_blind else turns_remaining)
+        if self.error_rate and self.rng.random() < self.error_rate:
+            best = self.rng.choice([a for a in range(4) if a != best])
+        return self.moves[best]
+
+    def __call__(self, request: GenerationRequest) -> str:
+        """The move for the live environment of ``request`` and the turns its ledger has left."""
+        inner = unwrap(request.env)
+        if not isinstance(inner, FrozenLakeEnv):
+            raise ConfigError(
+                f"env: FrozenLakeDemonstrator needs a FrozenLake env, got {request.env.name!r}"
+            )
+        return self.move(inner.model, inner.state, request.state.turns_remaining)
 
 
 _LOOKUP = re.compile(r"lookup\('([^']*)'\) -> '([^']*)'")

@@ -1,4 +1,4 @@
-"""The experiment's environment: slippery FrozenLake with one-token moves and compact text.
+"""``frozenlake-compact``, the experiment's environment: slippery FrozenLake with one-token moves.
 
 A tiny char-level model trained on a laptop CPU pays for every character of
 context, turn after turn, so :class:`CompactFrozenLake` wraps
@@ -19,32 +19,28 @@ labels, same oracle) and only changes the text:
 the FrozenLake oracle and the diagnostics see the real state. The budget notice
 is not part of the observation: rollouts and the controller append it.
 
-:func:`register_compact_frozenlake` adds the environment to the trainer's
-registry as ``frozenlake-compact`` with a budget-*blind* noisy demonstrator
-(the stationary oracle policy plus random wrong moves), the issue's base policy.
+The registry (:mod:`budgetmix.training.envs.registry`) knows it as
+``frozenlake-compact``, with a budget-*blind* noisy demonstrator (the
+stationary oracle policy plus random wrong moves, in move letters), the
+experiment's base policy.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from budgetmix.environment import StepLabel, StepResult, Task
+from budgetmix.environment import StepLabel, StepResult
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.frozenlake import FrozenLakeEnv, parse_action
-from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, stationary_policy
+from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel
 
 __all__ = [
     "CELL_NAMES",
     "COMPACT_ENV_NAME",
     "MOVE_LETTERS",
     "OBS_REPEAT",
-    "BlindNoisyDemonstrator",
     "CompactFrozenLake",
-    "compact_tasks",
     "parse_move",
-    "register_compact_frozenlake",
 ]
 
 #: One letter per gymnasium action id (0 left, 1 down, 2 right, 3 up).
@@ -53,7 +49,7 @@ MOVE_LETTERS = "ldru"
 CELL_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: Copies of the cell letter in an observation (see the module notes).
 OBS_REPEAT = 6
-#: The name the trainer's registry knows this environment by.
+#: The name the environment registry knows this environment by.
 COMPACT_ENV_NAME = "frozenlake-compact"
 
 
@@ -127,88 +123,3 @@ class CompactFrozenLake:
             label=result.label,
             info=result.info,
         )
-
-
-def compact_tasks(seeds: Sequence[int], kwargs: Mapping[str, Any]) -> list[Task]:
-    """One :class:`Task` per seed (the seed drives the slips; the map is fixed).
-
-    Raises:
-        ConfigError: ``kwargs`` lack ``desc`` or hold a bad map.
-    """
-    if "desc" not in kwargs:
-        raise ConfigError("env_kwargs.desc: frozenlake-compact needs the map rows")
-    desc = tuple(str(r) for r in kwargs["desc"])
-    rate = float(kwargs.get("success_rate", 0.8))
-    CompactFrozenLake(desc, rate)  # validate once
-    return [
-        Task(
-            task_id=f"{COMPACT_ENV_NAME}-{s}",
-            make_env=lambda: CompactFrozenLake(desc, rate),
-            seed=s,
-        )
-        for s in seeds
-    ]
-
-
-class BlindNoisyDemonstrator:
-    """Budget-blind demonstrations: the stationary oracle move, a wrong one at ``error_rate``.
-
-    Blind on purpose: the action depends on the cell only, never on the
-    notice, so a model cloned from it starts out ignoring its budget. ``gamma``
-    picks the stationary policy (:func:`stationary_policy`): close to 1 it is
-    patient (safe, slow), lower it hurries.
-    """
-
-    def __init__(
-        self,
-        desc: Sequence[str],
-        success_rate: float,
-        error_rate: float,
-        seed: int,
-        *,
-        gamma: float = 0.99,
-    ) -> None:
-        if not 0.0 <= error_rate <= 1.0:
-            raise ConfigError(f"error_rate: must be in [0, 1], got {error_rate}")
-        model = FrozenLakeModel(tuple(desc), True, success_rate)
-        self.policy = [int(a) for a in stationary_policy(model, gamma)]
-        self.error_rate = error_rate
-        self.rng = random.Random(f"blind-demo:{seed}")
-
-    def action_for(self, state: int) -> str:
-        """The (possibly wrong) move letter for ``state``."""
-        best = self.policy[state]
-        if self.rng.random() < self.error_rate:
-            best = self.rng.choice([a for a in range(4) if a != best])
-        return MOVE_LETTERS[best]
-
-    def __call__(self, request: Any) -> str:
-        """The trainer's demo-agent hook: ``request.env`` is the live environment."""
-        env = request.env
-        if not isinstance(env, CompactFrozenLake):
-            raise ConfigError(
-                f"env: expected {COMPACT_ENV_NAME}, got {getattr(env, 'name', env)!r}"
-            )
-        return self.action_for(env.state)
-
-
-def _demo_agent(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> BlindNoisyDemonstrator:
-    return BlindNoisyDemonstrator(
-        tuple(kwargs["desc"]),
-        float(kwargs.get("success_rate", 0.8)),
-        error_rate,
-        seed,
-        gamma=float(kwargs.get("demo_gamma", 0.99)),
-    )
-
-
-def register_compact_frozenlake() -> None:
-    """Add ``frozenlake-compact`` to the trainer's environment registry (idempotent).
-
-    Raises:
-        MissingExtraError: the training extra (torch) is not installed.
-    """
-    from budgetmix.training.tasks import ENVIRONMENTS, EnvSpec
-
-    if COMPACT_ENV_NAME not in ENVIRONMENTS:
-        ENVIRONMENTS[COMPACT_ENV_NAME] = EnvSpec(COMPACT_ENV_NAME, compact_tasks, _demo_agent)

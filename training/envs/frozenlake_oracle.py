@@ -19,6 +19,10 @@ the episode.
 * :func:`find_ceiling` and :func:`budget_gap` -- the paper's "ceiling" (the
   smallest T where the aware optimum reaches 90% of its no-limit success) and
   the aware-minus-blind gap at fractions of it.
+* :class:`OptimalPolicy` -- the one implementation of optimal play: the move
+  per cell and turns left (budget-aware) or per cell (budget-blind). The
+  scripted oracle, the SFT demonstrators and the diagnostics' oracle policy
+  all act through it.
 
 numpy is imported inside the functions; :class:`FrozenLakeModel` raises
 :class:`~budgetmix.exceptions.MissingExtraError` when it is missing.
@@ -45,6 +49,7 @@ __all__ = [
     "ACTIONS",
     "BudgetGap",
     "FrozenLakeModel",
+    "OptimalPolicy",
     "aware_success_curve",
     "budget_gap",
     "discounted_values",
@@ -227,6 +232,53 @@ def stationary_policy(model: FrozenLakeModel, gamma: float = 0.999) -> IntArray:
     It is greedy on the ``gamma``-discounted value (see the module notes).
     """
     return discounted_values(model, gamma)[1]
+
+
+class OptimalPolicy:
+    """Optimal moves on one map: ``argmax Q[turns_remaining][cell]``, or the stationary policy.
+
+    Budget-aware moves come from exact finite-horizon value iteration; among the
+    actions that tie at the optimum (many do when the budget has slack, e.g.
+    bumping into the edge and then taking the shortest path) the one with the
+    best ``gamma``-discounted value wins, i.e. the fastest, so no turn is wasted.
+    The budget-blind move is :func:`stationary_policy` for ``gamma``. Tables are
+    computed on first use and grown as longer budgets come.
+    """
+
+    def __init__(self, model: FrozenLakeModel, *, gamma: float = 0.999) -> None:
+        self.model = model
+        self.gamma = gamma
+        self._q: FloatArray | None = None
+        self._q_gamma: FloatArray | None = None
+        self._stationary: IntArray | None = None
+
+    def _discounted(self) -> tuple[FloatArray, IntArray]:
+        if self._q_gamma is None or self._stationary is None:
+            values, self._stationary = discounted_values(self.model, self.gamma)
+            self._q_gamma = self.model.transitions @ values
+        return self._q_gamma, self._stationary
+
+    def blind_move(self, state: int) -> int:
+        """The stationary policy's action id at cell ``state``."""
+        return int(self._discounted()[1][state])
+
+    def aware_move(self, state: int, turns_remaining: int) -> int:
+        """The action id that maximises success within ``turns_remaining`` turns (the fastest)."""
+        import numpy as np
+
+        t = max(1, turns_remaining)
+        if self._q is None or self._q.shape[0] <= t:
+            self._q = finite_horizon_values(self.model, max(t, 64))[1]
+        q_gamma = self._discounted()[0]
+        q = self._q[t, state]
+        optimal = q >= q.max() - 1e-12
+        return int(np.where(optimal, q_gamma[state], -np.inf).argmax())
+
+    def move(self, state: int, turns_remaining: int | None) -> int:
+        """:meth:`aware_move`, or :meth:`blind_move` when ``turns_remaining`` is ``None``."""
+        if turns_remaining is None:
+            return self.blind_move(state)
+        return self.aware_move(state, turns_remaining)
 
 
 def policy_success_curve(

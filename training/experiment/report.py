@@ -52,10 +52,9 @@ def _arms(report: ExperimentReport) -> list[str]:
     return seen
 
 
-def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
-    """The report as markdown (success in percent, 95% intervals in brackets)."""
-    cfg, arms = report.config, _arms(report)
-    lines = [
+def _setup(report: ExperimentReport, command: str | None) -> list[str]:
+    cfg = report.config
+    return [
         "# BudgetMix vs fixed-budget RL on slippery FrozenLake (tiny LM, CPU)",
         "",
         f"Command: `{command}`" if command else f"Preset: `{cfg['preset']}`",
@@ -68,10 +67,13 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
         f"lr {cfg['lr']:g}, KL anchor {cfg.get('kl_coef', 0.0):g}, "
         f"{cfg['seeds']} seed(s). Eval: {cfg['eval_episodes']} episodes per cell and seed.",
         "",
-        "## Exact oracle (best achievable success, %)",
-        "",
     ]
-    fracs = list(report.budgets)
+
+
+def _success_tables(report: ExperimentReport) -> list[str]:
+    """The exact oracle, then pass@1 and every other pass@k by budget, one column per arm."""
+    fracs, arms = list(report.budgets), _arms(report)
+    lines = ["## Exact oracle (best achievable success, %)", ""]
     lines += _table(
         ["", *(f"{f} (T={report.budgets[f]})" for f in fracs)],
         [
@@ -82,17 +84,9 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
             ],
         ],
     )
-    lines += ["## Pass@1 by budget (%, 95% Wilson interval, episodes pooled over seeds)", ""]
-    lines += _table(
-        ["budget", *arms],
-        [
-            [f"{f} (T={report.budgets[f]})", *(_cell(report.grid, a, f, 1) for a in arms)]
-            for f in fracs
-        ],
-    )
-    ks = [k for k in cfg["pass_ks"] if k > 1]
-    for k in ks:
-        lines += [f"### Pass@{k} (unbiased estimator; interval over seeds)", ""]
+    titles = {1: "## Pass@1 by budget (%, 95% Wilson interval, episodes pooled over seeds)"}
+    for k in (1, *(k for k in report.config["pass_ks"] if k > 1)):
+        lines += [titles.get(k, f"### Pass@{k} (unbiased estimator; interval over seeds)"), ""]
         lines += _table(
             ["budget", *arms],
             [
@@ -100,31 +94,43 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
                 for f in fracs
             ],
         )
-    if report.comparison:
-        lines += ["## BudgetMix minus fixed (points of pass@1, 95% interval)", ""]
-        rows = []
-        for c in report.comparison:
-            arm = c.get("arm", "budgetmix")
-            paper = PAPER_GAPS.get(c["fraction"])
-            within = c["lo"] <= 0.0 <= c["hi"]
-            rows.append(
-                [
-                    arm,
-                    f"{c['fraction']} (T={c['budget']})",
-                    _pct(c["fixed"]),
-                    _pct(c["budgetmix"]),
-                    f"{100 * c['diff']:+.1f} [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]",
-                    "within noise"
-                    if within
-                    else ("BudgetMix ahead" if c["diff"] > 0 else "fixed ahead"),
-                    "-" if paper is None else f"{paper:+.1f}",
-                ]
-            )
-        lines += _table(
-            ["arm", "budget", "fixed", "BudgetMix arm", "difference", "reading", "paper"], rows
+    return lines
+
+
+def _reading(c: dict[str, Any]) -> str:
+    if c["lo"] <= 0.0 <= c["hi"]:
+        return "within noise"
+    return "BudgetMix ahead" if c["diff"] > 0 else "fixed ahead"
+
+
+def _comparison_table(report: ExperimentReport) -> list[str]:
+    if not report.comparison:
+        return []
+    rows = []
+    for c in report.comparison:
+        paper = PAPER_GAPS.get(c["fraction"])
+        rows.append(
+            [
+                c.get("arm", "budgetmix"),
+                f"{c['fraction']} (T={c['budget']})",
+                _pct(c["fixed"]),
+                _pct(c["budgetmix"]),
+                f"{100 * c['diff']:+.1f} [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]",
+                _reading(c),
+                "-" if paper is None else f"{paper:+.1f}",
+            ]
         )
-    diag = report.diagnostics
-    lines += [
+    return [
+        "## BudgetMix minus fixed (points of pass@1, 95% interval)",
+        "",
+        *_table(
+            ["arm", "budget", "fixed", "BudgetMix arm", "difference", "reading", "paper"], rows
+        ),
+    ]
+
+
+def _quality_table(diag: dict[str, Any]) -> list[str]:
+    lines = [
         "## Step-level action quality (same states, exact finite-horizon Q)",
         "",
         f"{diag['decision_points']} decision points from the base policy's own episodes "
@@ -134,59 +140,58 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
         "right after a mistake.",
         "",
     ]
-    lines += _table(
+    keys = ("a_better", "tie", "b_better")
+    return lines + _table(
         ["A vs B", "A better", "tie", "B better", "A better after mistake", "tie", "B better"],
         [
-            [
-                pair,
-                _pct(q["a_better"]),
-                _pct(q["tie"]),
-                _pct(q["b_better"]),
-                _pct(q["a_better_after_mistake"]),
-                _pct(q["tie_after_mistake"]),
-                _pct(q["b_better_after_mistake"]),
-            ]
+            [pair, *(_pct(q[k]) for k in keys), *(_pct(q[f"{k}_after_mistake"]) for k in keys)]
             for pair, q in diag["action_quality"].items()
         ],
     )
-    lines += [
-        f"## Recovery: an invalid reply forced at turn {cfg['inject_at']}",
+
+
+def _recovery_table(report: ExperimentReport) -> list[str]:
+    rows = [
+        [
+            arm,
+            str(r["budget"]),
+            str(r["injected"]),
+            f"{_pct(r['rate'])} [{_pct(r['low'])}, {_pct(r['high'])}]",
+            _pct(r["baseline_rate"]),
+            _pct(r["oracle_rate"]),
+        ]
+        for arm, results in report.diagnostics["recovery"].items()
+        for r in results
+    ]
+    return [
+        f"## Recovery: an invalid reply forced at turn {report.config['inject_at']}",
         "",
         "Success after the forced mistake (%, Wilson interval), the same episodes without it, "
         "and the best achievable after it (oracle).",
         "",
+        *_table(["arm", "T", "episodes", "recovered", "without injection", "oracle"], rows),
     ]
-    rec_rows = []
-    for arm, results in diag["recovery"].items():
-        for r in results:
-            rec_rows.append(
-                [
-                    arm,
-                    str(r["budget"]),
-                    str(r["injected"]),
-                    f"{_pct(r['rate'])} [{_pct(r['low'])}, {_pct(r['high'])}]",
-                    _pct(r["baseline_rate"]),
-                    _pct(r["oracle_rate"]),
-                ]
-            )
-    lines += _table(["arm", "T", "episodes", "recovered", "without injection", "oracle"], rec_rows)
-    lines += ["## Training (same rollouts and updates per arm)", ""]
-    lines += _table(
-        ["arm", "seed", "RL steps", "rollouts", "sampled tokens", "train success (last 20%)"],
+
+
+def _training_table(report: ExperimentReport) -> list[str]:
+    rows = [
         [
-            [
-                arm,
-                str(i),
-                str(t["steps"]),
-                str(t["rollouts"]),
-                str(t["sampled_tokens"]),
-                _pct(t["final_success"]),
-            ]
-            for arm, runs in report.training.items()
-            for i, t in enumerate(runs)
-        ],
-    )
-    lines += [
+            arm,
+            str(i),
+            str(t["steps"]),
+            str(t["rollouts"]),
+            str(t["sampled_tokens"]),
+            _pct(t["final_success"]),
+        ]
+        for arm, runs in report.training.items()
+        for i, t in enumerate(runs)
+    ]
+    head = ["arm", "seed", "RL steps", "rollouts", "sampled tokens", "train success (last 20%)"]
+    return ["## Training (same rollouts and updates per arm)", "", *_table(head, rows)]
+
+
+def _closing(report: ExperimentReport) -> list[str]:
+    return [
         "## Timings (s)",
         "",
         ", ".join(f"{k} {v:.0f}" for k, v in report.timings.items()),
@@ -198,12 +203,23 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
         "![training curves](training_curves.png)",
         "",
     ]
-    return "\n".join(lines)
 
 
-def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
-    plt = pyplot()
-    files: dict[str, Path] = {}
+def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
+    """The report as markdown (success in percent, 95% intervals in brackets)."""
+    sections = (
+        _setup(report, command),
+        _success_tables(report),
+        _comparison_table(report),
+        _quality_table(report.diagnostics),
+        _recovery_table(report),
+        _training_table(report),
+        _closing(report),
+    )
+    return "\n".join(line for section in sections for line in section)
+
+
+def _success_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     fracs = list(report.budgets)
     xs = [report.budgets[f] for f in fracs]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -230,30 +246,35 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
     ax.set_ylabel("success (pass@1)")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
-    files["success_vs_budget"] = save_figure(fig, plt, out / "success_vs_budget.png")
-    if report.comparison:
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        arms = list(dict.fromkeys(c.get("arm", "budgetmix") for c in report.comparison))
-        width = 0.8 / len(arms)
-        for j, arm in enumerate(arms):
-            rows = [c for c in report.comparison if c.get("arm", "budgetmix") == arm]
-            xs_bar = [i + (j - (len(arms) - 1) / 2) * width for i in range(len(rows))]
-            diffs = [100 * c["diff"] for c in rows]
-            err = [
-                [100 * (c["diff"] - c["lo"]) for c in rows],
-                [100 * (c["hi"] - c["diff"]) for c in rows],
-            ]
-            ax.bar(xs_bar, diffs, width=width, yerr=err, capsize=3, label=f"{arm} - fixed")
-        first = [c for c in report.comparison if c.get("arm", "budgetmix") == arms[0]]
-        ax.set_xticks(range(len(first)))
-        ax.set_xticklabels([f"{c['fraction']}\nT={c['budget']}" for c in first])
-        paper = [PAPER_GAPS.get(c["fraction"]) for c in first]
-        px = [i for i, p in enumerate(paper) if p is not None]
-        ax.scatter(px, [paper[i] for i in px], color="tab:red", marker="D", label="paper", zorder=3)
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_ylabel("points of pass@1")
-        ax.legend(fontsize=8)
-        files["budgetmix_minus_fixed"] = save_figure(fig, plt, out / "budgetmix_minus_fixed.png")
+    return save_figure(fig, plt, path)
+
+
+def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    arms = list(dict.fromkeys(c.get("arm", "budgetmix") for c in report.comparison))
+    width = 0.8 / len(arms)
+    for j, arm in enumerate(arms):
+        rows = [c for c in report.comparison if c.get("arm", "budgetmix") == arm]
+        xs_bar = [i + (j - (len(arms) - 1) / 2) * width for i in range(len(rows))]
+        diffs = [100 * c["diff"] for c in rows]
+        err = [
+            [100 * (c["diff"] - c["lo"]) for c in rows],
+            [100 * (c["hi"] - c["diff"]) for c in rows],
+        ]
+        ax.bar(xs_bar, diffs, width=width, yerr=err, capsize=3, label=f"{arm} - fixed")
+    first = [c for c in report.comparison if c.get("arm", "budgetmix") == arms[0]]
+    ax.set_xticks(range(len(first)))
+    ax.set_xticklabels([f"{c['fraction']}\nT={c['budget']}" for c in first])
+    paper = [PAPER_GAPS.get(c["fraction"]) for c in first]
+    px = [i for i, p in enumerate(paper) if p is not None]
+    ax.scatter(px, [paper[i] for i in px], color="tab:red", marker="D", label="paper", zorder=3)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_ylabel("points of pass@1")
+    ax.legend(fontsize=8)
+    return save_figure(fig, plt, path)
+
+
+def _training_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.0, 3.6))
     styles = ("-", "--", ":", "-.")
     for a, (arm, runs) in enumerate(report.training.items()):
@@ -270,7 +291,17 @@ def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
     ax.set_xlabel("RL step")
     ax.set_ylabel("training success (own budget draws)")
     ax.legend(fontsize=7)
-    files["training_curves"] = save_figure(fig, plt, out / "training_curves.png")
+    return save_figure(fig, plt, path)
+
+
+def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
+    plt = pyplot()
+    files = {"success_vs_budget": _success_plot(plt, report, out / "success_vs_budget.png")}
+    if report.comparison:
+        files["budgetmix_minus_fixed"] = _difference_plot(
+            plt, report, out / "budgetmix_minus_fixed.png"
+        )
+    files["training_curves"] = _training_plot(plt, report, out / "training_curves.png")
     return files
 
 

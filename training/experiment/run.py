@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from budgetmix.environment import Task
-from budgetmix.evaluation.passk import TaskCounts, pass_at_k_summary, wilson_interval
 from budgetmix.training.diagnostics import (
     DecisionPoint,
     EpisodeTrace,
@@ -42,11 +41,7 @@ from budgetmix.training.diagnostics import (
     recovery_injection,
     run_episodes,
 )
-from budgetmix.training.envs.frozenlake_compact import (
-    COMPACT_ENV_NAME,
-    compact_tasks,
-    register_compact_frozenlake,
-)
+from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME
 from budgetmix.training.envs.frozenlake_oracle import (
     FrozenLakeModel,
     aware_success_curve,
@@ -54,7 +49,17 @@ from budgetmix.training.envs.frozenlake_oracle import (
     policy_success_curve,
     stationary_policy,
 )
-from budgetmix.training.experiment.analysis import pool_comparisons, pool_recovery, train_summary
+from budgetmix.training.envs.registry import env_tasks
+from budgetmix.training.experiment.analysis import (
+    ArmTraces,
+    best_checkpoint,
+    comparison_rows,
+    grid_rows,
+    pool_comparisons,
+    pool_recovery,
+    success_curves,
+    train_summary,
+)
 from budgetmix.training.experiment.config import ExperimentConfig
 
 __all__ = ["ExperimentReport", "run_experiment"]
@@ -152,9 +157,8 @@ class _Run:
         return result
 
     def tasks(self, n: int, offset: int = 0) -> list[Task]:
-        return compact_tasks(
-            range(EVAL_SEED_BASE + offset, EVAL_SEED_BASE + offset + n), self.env_kwargs
-        )
+        seeds = range(EVAL_SEED_BASE + offset, EVAL_SEED_BASE + offset + n)
+        return env_tasks(COMPACT_ENV_NAME, seeds, self.env_kwargs)
 
     # -- training -------------------------------------------------------------------------
     def _train_config(self, name: str, **kw: Any) -> Any:
@@ -252,49 +256,91 @@ class _Run:
             "blind_demonstrator": {k: float(blind[t]) for k, t in self.budgets.items()},
         }
 
+    # -- diagnostics --------------------------------------------------------------------
+    def decision_points(self, base: Path, tasks: list[Task]) -> list[DecisionPoint]:
+        """The base policy's own episodes at the ceiling and at half of it, point by point.
 
-def _grid_rows(
-    arm: str,
-    runs: list[dict[int, list[EpisodeTrace]]],
-    budgets: dict[str, int],
-    ks: tuple[int, ...],
-) -> list[dict[str, Any]]:
-    rows = []
-    for frac, t in budgets.items():
-        counts = [
-            TaskCounts(f"seed{i}", len(r[t]), sum(tr.success for tr in r[t]))
-            for i, r in enumerate(runs)
-        ]
-        summary = pass_at_k_summary(counts, max(ks))
-        wins, n = sum(c.c for c in counts), sum(c.n for c in counts)
-        for k in ks:
-            est = summary.overall[k - 1]
-            lo, hi = (est.lo, est.hi)
-            if k == 1:  # episodes pooled over seeds: a Wilson interval of the success rate
-                lo, hi = wilson_interval(wins, n)
-            rows.append(
-                {
-                    "arm": arm,
-                    "fraction": frac,
-                    "budget": t,
-                    "k": k,
-                    "value": est.value,
-                    "lo": lo,
-                    "hi": hi,
-                    "episodes": n,
-                    "successes": wins,
-                    "per_seed": [summary.per_task[c.task_id][k - 1].value for c in counts],
-                }
-            )
-    return rows
+        Mistakes are judged by the exact Q (an action losing > 1 point of success
+        probability).
+        """
+        base_policy = self.policy(base, 10_000)
+        half = max(1, round(self.ceiling / 2))
+        points: list[DecisionPoint] = []
+        for budget in (self.ceiling, half):
+            for tr in run_episodes(tasks, base_policy, budget, q=self.q):
+                points.extend(tr.points)
+        return points
+
+    def action_quality(
+        self, arms: dict[str, list[Path]], points: list[DecisionPoint]
+    ) -> dict[str, Any]:
+        """Every arm against the base (and against fixed), from the same points, pooled."""
+        methods = self.cfg.methods
+        pairs = [(m, "base") for m in methods]
+        if "fixed" in methods:
+            pairs += [(m, "fixed") for m in methods if m != "fixed"]
+        quality: dict[str, Any] = {}
+        for a, b in pairs:
+            rows = []
+            for s in range(self.cfg.seeds):
+                pa = self.policy(arms[a][s if a != "base" else 0], 20_000 + s)
+                pb = self.policy(arms[b][s if b != "base" else 0], 30_000 + s)
+                rows.append(compare_actions(points, pa, pb, self.q).to_dict())
+            quality[f"{a} vs {b}"] = pool_comparisons(rows)
+        return quality
+
+    def recovery(self, arms: dict[str, list[Path]], tasks: list[Task]) -> dict[str, Any]:
+        """Per arm, success after an invalid reply forced at ``inject_at`` (at the ceiling)."""
+        inject_at = self.cfg.inject_at
+        recovery: dict[str, Any] = {}
+        for arm, paths in arms.items():
+            results = []
+            if inject_at <= self.ceiling:
+                per_seed = [
+                    recovery_injection(
+                        tasks,
+                        self.policy(p, 40_000 + i),
+                        self.ceiling,
+                        inject_at,
+                        invalid_reply(),
+                        q=self.q,
+                    ).to_dict()
+                    for i, p in enumerate(paths)
+                ]
+                results.append(pool_recovery(per_seed))
+            recovery[arm] = results
+        return recovery
+
+    def diagnostics(self, arms: dict[str, list[Path]], traces: ArmTraces) -> dict[str, Any]:
+        """Action quality, recovery and success curves (the report's diagnostics block)."""
+        tasks = self.tasks(self.cfg.diag_episodes, offset=500_000)
+        points = self.decision_points(arms["base"][0], tasks)
+        return {
+            "decision_points": len(points),
+            "after_mistake_points": sum(p.after_mistake for p in points),
+            "action_quality": self.action_quality(arms, points),
+            "recovery": self.recovery(arms, tasks),
+            "curves": success_curves(self.budgets, traces),
+        }
 
 
-def _difference(a: list[EpisodeTrace], b: list[EpisodeTrace]) -> tuple[float, float, float]:
-    """``rate(b) - rate(a)`` with a 95% normal interval (episodes as independent draws)."""
-    pa = sum(t.success for t in a) / len(a)
-    pb = sum(t.success for t in b) / len(b)
-    se = (pa * (1 - pa) / len(a) + pb * (1 - pb) / len(b)) ** 0.5
-    return pb - pa, pb - pa - 1.96 * se, pb - pa + 1.96 * se
+def _train(run: _Run) -> tuple[dict[str, list[Path]], dict[str, Any]]:
+    """The SFT base (or the configured one), then every RL arm per seed from it."""
+    config = run.cfg
+    base = (
+        Path(config.base_model)
+        if config.base_model is not None
+        else run.timed("sft_base", run.train_base)
+    )
+    arms: dict[str, list[Path]] = {"base": [base]}
+    training: dict[str, Any] = {}
+    for s in range(config.seeds):
+        for method in config.methods:
+            _say(run.progress, f"RL {method}, seed {s}")
+            path, metrics = run.timed(f"rl_{method}", run.train_arm, method, s, base)
+            arms.setdefault(method, []).append(path)
+            training.setdefault(method, []).append(train_summary(metrics))
+    return arms, training
 
 
 def run_experiment(
@@ -311,7 +357,6 @@ def run_experiment(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    register_compact_frozenlake()
     run = _Run(config, out, progress)
     with _threads(config.threads):
         _say(
@@ -319,152 +364,30 @@ def run_experiment(
             f"map {'/'.join(config.desc)}, slip {config.success_rate}, "
             f"ceiling {run.ceiling} turns; budgets {run.budgets}",
         )
-        base = (
-            Path(config.base_model)
-            if config.base_model is not None
-            else run.timed("sft_base", run.train_base)
-        )
-        arms: dict[str, list[Path]] = {"base": [base]}
-        training: dict[str, Any] = {}
-        for s in range(config.seeds):
-            for method in config.methods:
-                _say(progress, f"RL {method}, seed {s}")
-                path, metrics = run.timed(f"rl_{method}", run.train_arm, method, s, base)
-                arms.setdefault(method, []).append(path)
-                training.setdefault(method, []).append(train_summary(metrics))
+        arms, training = _train(run)
         _say(progress, "evaluating the Pass@(K,T) grid")
-        traces: dict[str, list[dict[int, list[EpisodeTrace]]]] = {}
-        for arm, paths in arms.items():
-            traces[arm] = [
-                run.timed("eval", run.grid_traces, run.policy(p, i)) for i, p in enumerate(paths)
-            ]
-        grid = [
-            row for arm in arms for row in _grid_rows(arm, traces[arm], run.budgets, config.pass_ks)
-        ]
-        comparison = _comparison(run, traces)
+        traces: ArmTraces = {
+            arm: [run.timed("eval", run.grid_traces, run.policy(p, i)) for i, p in enumerate(paths)]
+            for arm, paths in arms.items()
+        }
         _say(progress, "diagnostics")
-        diagnostics = run.timed("diagnostics", _diagnostics, run, arms, traces)
-        best = _best_checkpoint(run, arms, traces)
         report = ExperimentReport(
             config=config.to_dict(),
             ceiling=run.ceiling,
             budgets=run.budgets,
             oracle=run.oracle_curves(),
-            grid=grid,
-            comparison=comparison,
-            diagnostics=diagnostics,
+            grid=[
+                row
+                for arm in arms
+                for row in grid_rows(arm, traces[arm], run.budgets, config.pass_ks)
+            ],
+            comparison=comparison_rows(run.budgets, traces),
+            diagnostics=run.timed("diagnostics", run.diagnostics, arms, traces),
             training=training,
             timings=run.timings,
-            best_checkpoint=best,
+            best_checkpoint=best_checkpoint(arms, traces, run.budgets, run.ceiling),
             out_dir=out,
         )
         files = write_report(report)
     _say(progress, f"report: {files['report']}")
     return ExperimentReport(**{**report.__dict__, "files": files})
-
-
-def _comparison(
-    run: _Run, traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
-) -> list[dict[str, Any]]:
-    """Every BudgetMix arm minus fixed, per budget (pooled pass@1, normal 95% interval)."""
-    if "fixed" not in traces:
-        return []
-    rows = []
-    for arm in (a for a in traces if a.startswith("budgetmix")):
-        for frac, t in run.budgets.items():
-            a = [tr for r in traces["fixed"] for tr in r[t]]
-            b = [tr for r in traces[arm] for tr in r[t]]
-            diff, lo, hi = _difference(a, b)
-            rows.append(
-                {
-                    "arm": arm,
-                    "fraction": frac,
-                    "budget": t,
-                    "fixed": sum(x.success for x in a) / len(a),
-                    "budgetmix": sum(x.success for x in b) / len(b),
-                    "diff": diff,
-                    "lo": lo,
-                    "hi": hi,
-                }
-            )
-    return rows
-
-
-def _best_checkpoint(
-    run: _Run, arms: dict[str, list[Path]], traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
-) -> Path:
-    """The RL checkpoint with the highest mean success over the budgets up to the ceiling."""
-    inside = [t for t in run.budgets.values() if t <= run.ceiling]
-    best, best_score = arms["base"][0], -1.0
-    for arm, paths in arms.items():
-        if arm == "base":
-            continue
-        for path, r in zip(paths, traces[arm], strict=True):
-            score = sum(sum(x.success for x in r[t]) / len(r[t]) for t in inside) / len(inside)
-            if score > best_score:
-                best, best_score = path, score
-    return best
-
-
-def _diagnostics(
-    run: _Run, arms: dict[str, list[Path]], traces: dict[str, list[dict[int, list[EpisodeTrace]]]]
-) -> dict[str, Any]:
-    cfg = run.cfg
-    base_policy = run.policy(arms["base"][0], 10_000)
-    # Decision points: the base policy's own episodes at the ceiling and at half of it,
-    # mistakes judged by the exact Q (an action losing > 1 point of success probability).
-    half = max(1, round(run.ceiling / 2))
-    tasks = run.tasks(cfg.diag_episodes, offset=500_000)
-    points: list[DecisionPoint] = []
-    for budget in (run.ceiling, half):
-        for tr in run_episodes(tasks, base_policy, budget, q=run.q):
-            points.extend(tr.points)
-    quality: dict[str, Any] = {}
-    pairs = [(m, "base") for m in cfg.methods]
-    if "fixed" in cfg.methods:
-        pairs += [(m, "fixed") for m in cfg.methods if m != "fixed"]
-    for a, b in pairs:
-        rows = []
-        for s in range(cfg.seeds):
-            pa = run.policy(arms[a][s if a != "base" else 0], 20_000 + s)
-            pb = run.policy(arms[b][s if b != "base" else 0], 30_000 + s)
-            rows.append(compare_actions(points, pa, pb, run.q).to_dict())
-        quality[f"{a} vs {b}"] = pool_comparisons(rows)
-    recovery: dict[str, Any] = {}
-    for arm, paths in arms.items():
-        results = []
-        for budget in (run.ceiling,):
-            if cfg.inject_at > budget:
-                continue
-            per_seed = [
-                recovery_injection(
-                    tasks,
-                    run.policy(p, 40_000 + i),
-                    budget,
-                    cfg.inject_at,
-                    invalid_reply(),
-                    q=run.q,
-                ).to_dict()
-                for i, p in enumerate(paths)
-            ]
-            results.append(pool_recovery(per_seed))
-        recovery[arm] = results
-    curves = {
-        arm: [
-            {
-                "fraction": frac,
-                "budget": t,
-                "rate": sum(sum(x.success for x in r[t]) for r in runs)
-                / sum(len(r[t]) for r in runs),
-            }
-            for frac, t in run.budgets.items()
-        ]
-        for arm, runs in traces.items()
-    }
-    return {
-        "decision_points": len(points),
-        "after_mistake_points": sum(p.after_mistake for p in points),
-        "action_quality": quality,
-        "recovery": recovery,
-        "curves": curves,
-    }

@@ -12,14 +12,18 @@ from budgetmix.environment import FaultInjection, ScriptedAgent
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import (
     ENVIRONMENTS,
+    CompactFrozenLake,
     FaultyToolsEnv,
     FaultyToolsOracle,
+    FrozenLakeDemonstrator,
     FrozenLakeEnv,
     FrozenLakeModel,
     FrozenLakeOracle,
     NoisyOracle,
     RandomAgent,
     aware_success_curve,
+    env_spec,
+    env_tasks,
     make_env,
     play,
 )
@@ -101,14 +105,56 @@ def test_oracles_refuse_other_envs() -> None:
 
 
 def test_registry() -> None:
-    assert set(ENVIRONMENTS) == {"frozenlake", "humaneval", "faulty_tools"}
+    assert set(ENVIRONMENTS) == {
+        "echo",
+        "faulty_tools",
+        "frozenlake",
+        "frozenlake-compact",
+        "humaneval",
+    }
     env = make_env("frozenlake", map_name="8x8", success_rate=0.8)
     assert isinstance(env, FrozenLakeEnv) and env.name == "frozenlake"
     assert make_env("faulty_tools", hops=1).name == "faulty_tools"
-    with pytest.raises(ConfigError, match="faulty_tools, frozenlake, humaneval"):
+    with pytest.raises(
+        ConfigError, match="echo, faulty_tools, frozenlake, frozenlake-compact, humaneval"
+    ):
         make_env("sokoban")
     with pytest.raises(ConfigError, match="frozenlake"):
         make_env("frozenlake", colour="blue")
+
+
+def test_one_read_only_registry_builds_tasks_and_demonstrators() -> None:
+    with pytest.raises(TypeError):
+        ENVIRONMENTS["sokoban"] = ENVIRONMENTS["echo"]  # type: ignore[index]
+    # the demonstrator's own keywords never reach the environment
+    kwargs = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8, "demo_gamma": 0.9}
+    (task,) = env_tasks("frozenlake-compact", [3], kwargs)
+    assert task.task_id == "frozenlake-compact-3" and task.seed == 3
+    env = task.make_env()
+    assert isinstance(env, CompactFrozenLake)
+    env.reset(3)
+    demo = env_spec("frozenlake-compact").make_demo_agent(kwargs, 0.0, 0)
+    assert isinstance(demo, FrozenLakeDemonstrator) and demo.budget_blind and demo.gamma == 0.9
+    with pytest.raises(ConfigError, match=r"humaneval.*no scripted demonstrator"):
+        env_spec("humaneval").make_demo_agent({}, 0.0, 0)
+
+
+def test_demonstrator_plays_the_oracle_move_and_errs_at_its_rate() -> None:
+    env = FrozenLakeEnv(map_name="8x8", success_rate=0.8)
+    env.reset(0)
+    oracle = FrozenLakeOracle()
+    oracle.reset(env, 0)
+    exact = FrozenLakeDemonstrator(0.0, 0)
+    for t in (1, 5, 14, 40):
+        assert f"Action: {exact.move(env.model, env.state, t)}" == oracle.act("", t)
+    noisy = FrozenLakeDemonstrator(0.5, 1)
+    wrong = sum(
+        noisy.move(env.model, env.state, 40) != exact.move(env.model, env.state, 40)
+        for _ in range(400)
+    )
+    assert 150 < wrong < 250
+    with pytest.raises(ConfigError, match="error_rate"):
+        FrozenLakeDemonstrator(1.5, 0)
 
 
 def test_all_is_sorted_and_complete() -> None:
