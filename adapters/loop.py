@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
+from budgetmix._validate import check_int
 from budgetmix.accounting import DEFAULT_ACCOUNTING
 from budgetmix.adapters.base import (
     AsyncChatModel,
@@ -372,8 +373,7 @@ def _setup(
     name: str | None,
     metadata: dict[str, Any] | None,
 ) -> _AgentLoop:
-    if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
-        raise ConfigError(f"max_parallel must be an integer >= 1, got {max_parallel!r}")
+    check_int("max_parallel", max_parallel, minimum=1)
     entries = list(tools.values()) if isinstance(tools, Toolbox) else list(tools)
     controller = _controller(budget, exhaustion, extension, getattr(model, "provider_name", None))
     episode = controller.episode(name=name, metadata=metadata)

@@ -14,11 +14,11 @@ adapters call it before sending when the episode has a cost limit.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from budgetmix._validate import check_number
 from budgetmix.exceptions import ConfigError
 
 __all__ = ["DEFAULT_PRICING", "ModelPrice", "Pricing"]
@@ -46,13 +46,7 @@ class ModelPrice:
             value = getattr(self, name)
             if value is None and name.startswith("cache_"):
                 continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ConfigError(f"ModelPrice.{name} must be a finite number >= 0, got {value!r}")
+            check_number(f"ModelPrice.{name}", value)
 
     def cost(
         self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0

@@ -14,12 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from budgetmix._validate import check_choice
-from budgetmix.policy import ExhaustionMode
+from budgetmix.policy import EXHAUSTION_MODES, ExhaustionMode
 
 __all__ = ["DEFAULT_EXHAUSTION", "EXHAUSTION_MODES", "exhaustion_from_config"]
-
-#: Every mode the controller accepts, default first.
-EXHAUSTION_MODES: tuple[ExhaustionMode, ...] = ("end", "raise", "grace")
 
 DEFAULT_EXHAUSTION: ExhaustionMode = "end"
 

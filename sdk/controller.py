@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
-from budgetmix._validate import shown
+from budgetmix._validate import check_between, check_choice, check_instance
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.budget import Budget
 from budgetmix.episode import Episode, current_episode
@@ -38,6 +38,7 @@ from budgetmix.hooks import Hooks
 from budgetmix.instrumentation import Instrumentation, tracer_is_no_op
 from budgetmix.ledger import Clock
 from budgetmix.policy import (
+    EXHAUSTION_MODES,
     EarlyStopPolicy,
     ExhaustionMode,
     ExtensionPolicy,
@@ -74,17 +75,9 @@ def _check_arguments(
         ("provider_name", provider_name, str | None, "a str or None"),
         ("capture_content", capture_content, bool, "true or false"),
     ):
-        if not isinstance(value, kind):
-            raise ConfigError(f"{field} must be {wanted}, got {type(value).__name__}")
-    if not isinstance(exhaustion, str) or exhaustion not in ("end", "raise", "grace"):
-        raise ConfigError(f"exhaustion must be 'end', 'raise' or 'grace', got {exhaustion!r}")
-    # not (0 <= x < 1) also refuses NaN; a bool is not a fraction
-    if (
-        isinstance(warn_fraction, bool)
-        or not isinstance(warn_fraction, int | float)
-        or not 0.0 <= warn_fraction < 1.0
-    ):
-        raise ConfigError(f"warn_fraction must lie in [0, 1), got {shown(warn_fraction)}")
+        check_instance(field, value, kind, wanted)
+    check_choice("exhaustion", exhaustion, EXHAUSTION_MODES)
+    check_between("warn_fraction", warn_fraction, 0, 1, open_high=True)
     for field, fn in callables.items():
         if not callable(fn):
             raise ConfigError(f"{field} must be callable, got {type(fn).__name__}")

@@ -28,6 +28,7 @@ from budgetmix.ledger import LedgerState
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
 
 __all__ = [
+    "EXHAUSTION_MODES",
     "AnyOf",
     "EarlyStopPolicy",
     "EarlyStopRule",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 ExhaustionMode = Literal["end", "raise", "grace"]
+#: Every exhaustion mode the controller accepts, default first.
+EXHAUSTION_MODES: tuple[ExhaustionMode, ...] = ("end", "raise", "grace")
 
 
 @dataclass(frozen=True, slots=True)

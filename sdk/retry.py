@@ -19,8 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from budgetmix._validate import check_int, check_number, shown
-from budgetmix.exceptions import ConfigError
+from budgetmix._validate import check_bool, check_int, check_number
 from budgetmix.provider_errors import TransientInfo, classify_exception
 
 __all__ = [
@@ -73,21 +72,17 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         check_int("RetryPolicy.max_attempts", self.max_attempts, minimum=1, maximum=MAX_ATTEMPTS)
-        for name, maximum in (
-            ("initial_delay", MAX_DELAY_SECONDS),
-            ("max_delay", MAX_DELAY_SECONDS),
-            ("multiplier", MAX_MULTIPLIER),
-            ("jitter", 1.0),
+        # a multiplier below 1 is a shrinking backoff: faster retries the busier the server
+        for name, minimum, maximum in (
+            ("initial_delay", 0.0, MAX_DELAY_SECONDS),
+            ("max_delay", 0.0, MAX_DELAY_SECONDS),
+            ("multiplier", 1.0, MAX_MULTIPLIER),
+            ("jitter", 0.0, 1.0),
         ):
-            value = check_number(f"RetryPolicy.{name}", getattr(self, name), maximum=maximum)
+            value = getattr(self, name)
+            value = check_number(f"RetryPolicy.{name}", value, minimum=minimum, maximum=maximum)
             object.__setattr__(self, name, value)
-        if self.multiplier < 1:  # a shrinking backoff retries faster the busier the server
-            raise ConfigError(f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}")
-        if not isinstance(self.honour_retry_after, bool):
-            raise ConfigError(
-                f"RetryPolicy.honour_retry_after must be true or false, "
-                f"got {shown(self.honour_retry_after)}"
-            )
+        check_bool("RetryPolicy.honour_retry_after", self.honour_retry_after)
 
     def delay(self, attempt: int, info: TransientInfo, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based): finite, at

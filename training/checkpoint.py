@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from budgetmix._validate import check_int
 from budgetmix.exceptions import CheckpointError
 from budgetmix.manifest import (
     MANIFEST_NAME,
@@ -148,9 +149,7 @@ def _verify(d: Path) -> None:
 def _read_state(path: Path) -> dict[str, Any]:
     try:
         state = json.loads(path.read_bytes())
-        step = state["step"]
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be an integer >= 0, got {step!r}")
+        check_int("step", state["step"])  # a ConfigError is a ValueError: "damaged"
         if not isinstance(state["scalars"], dict):
             raise ValueError("scalars must be an object")
         missing = [key for key in ("optimizer", "python_rng") if key not in state]

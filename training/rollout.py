@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from budgetmix._validate import check_choice, check_int
 from budgetmix.budget import Budget
 from budgetmix.environment import StepLabel, Task
-from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
@@ -60,15 +60,9 @@ class RolloutSettings:
     token_check: TokenCheck = "off"
 
     def __post_init__(self) -> None:
-        if self.token_check not in ("off", "report", "strict"):
-            raise ConfigError(
-                "RolloutSettings.token_check must be off, report or strict, "
-                f"got {self.token_check!r}"
-            )
+        check_choice("RolloutSettings.token_check", self.token_check, ("off", "report", "strict"))
         for name in ("max_new_tokens", "max_total_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"RolloutSettings.{name} must be an integer >= 1, got {value!r}")
+            check_int(f"RolloutSettings.{name}", getattr(self, name), minimum=1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

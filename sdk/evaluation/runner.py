@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from budgetmix._validate import check_choice, check_int, check_ints
 from budgetmix.accounting import DEFAULT_ACCOUNTING
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
@@ -134,29 +135,17 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.policy is not None:
             policy_from_config(self.policy)  # fail now, naming the bad field
-        bs = tuple(self.budgets)
-        if not bs or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bs):
-            raise ConfigError(f"budgets must be integers >= 1, got {list(bs)!r}")
-        object.__setattr__(self, "budgets", tuple(sorted(set(bs))))
+        budgets = check_ints("budgets", tuple(self.budgets), minimum=1)
+        object.__setattr__(self, "budgets", tuple(sorted(set(budgets))))
         for name in ("samples", "concurrency"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.notice_format is not None and self.notice_format not in NOTICE_FORMATS:
-            raise ConfigError(
-                f"notice_format must be one of {sorted(NOTICE_FORMATS)} or None, "
-                f"got {self.notice_format!r}"
-            )
-        if self.env_seed_mode not in ("task", "sample"):
-            raise ConfigError(
-                f"env_seed_mode must be 'task' or 'sample', got {self.env_seed_mode!r}"
-            )
-        if self.on_error not in ("raise", "record"):
-            raise ConfigError(f"on_error must be 'raise' or 'record', got {self.on_error!r}")
+            check_int(name, getattr(self, name), minimum=1)
+        if self.notice_format is not None:
+            check_choice("notice_format", self.notice_format, sorted(NOTICE_FORMATS))
+        check_choice("env_seed_mode", self.env_seed_mode, ("task", "sample"))
+        check_choice("on_error", self.on_error, ("raise", "record"))
         for name in ("training_ceiling", "fault_step"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"{name} must be an integer >= 1 or None, got {v!r}")
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), minimum=1)
 
     def run_identity(self, sees_budget: bool) -> dict[str, Any]:
         """What the results-file fingerprint covers (not the grid, which may grow)."""

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Literal
 
+from budgetmix._validate import check_int, check_number
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.training.envs.sandbox_boundary import (
     BOUNDARIES,
@@ -99,7 +100,8 @@ class SandboxLimits:
     """Resource limits of one sandboxed run.
 
     Raises:
-        ConfigError: a limit that is not positive (the field is named).
+        ConfigError: a limit that is not a positive integer (``wall_seconds``: not a
+            positive number); the field is named.
     """
 
     cpu_seconds: int = 5
@@ -119,7 +121,6 @@ class SandboxLimits:
     def __post_init__(self) -> None:
         for name in (
             "cpu_seconds",
-            "wall_seconds",
             "memory_bytes",
             "file_size_bytes",
             "open_files",
@@ -127,8 +128,9 @@ class SandboxLimits:
             "output_chars",
             "disk_bytes",
         ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
+            check_int(f"SandboxLimits.{name}", getattr(self, name), minimum=1)
+        wall = check_number("SandboxLimits.wall_seconds", self.wall_seconds, positive=True)
+        object.__setattr__(self, "wall_seconds", wall)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,10 +9,10 @@ group settings).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from budgetmix._validate import check_between, check_int, check_list, check_number
 from budgetmix.exceptions import ConfigError
 
 __all__ = ["EXPERIMENT_PRESETS", "METHODS", "ExperimentConfig", "experiment_preset"]
@@ -90,41 +90,30 @@ class ExperimentConfig:
     base_model: str | None = None
 
     def __post_init__(self) -> None:
+        own = "ExperimentConfig"
         for name, low in _INT_MIN.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(
-                    f"ExperimentConfig.{name} must be an integer >= {low}, got {value!r}"
-                )
-        if self.ceiling is not None and (isinstance(self.ceiling, bool) or self.ceiling < 2):
-            raise ConfigError(f"ExperimentConfig.ceiling must be >= 2 or None, got {self.ceiling}")
+            check_int(f"{own}.{name}", getattr(self, name), minimum=low)
+        if self.ceiling is not None:
+            check_int(f"{own}.ceiling", self.ceiling, minimum=2)
         for name in ("success_rate", "sft_error_rate", "demo_gamma"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-                raise ConfigError(f"ExperimentConfig.{name} must lie in [0, 1], got {value!r}")
+            check_between(f"{own}.{name}", getattr(self, name), 0, 1)
         for name in ("sft_lr", "lr"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"ExperimentConfig.{name} must be a number > 0, got {value!r}")
-        kl = self.kl_coef
-        if isinstance(kl, bool) or not isinstance(kl, int | float) or not 0 <= kl < math.inf:
-            raise ConfigError(f"ExperimentConfig.kl_coef must be a number >= 0, got {kl!r}")
+            check_number(f"{own}.{name}", getattr(self, name), positive=True)
+        check_number(f"{own}.kl_coef", self.kl_coef)
         for name in ("desc", "methods", "budget_fractions", "eval_fractions", "pass_ks"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-            if not getattr(self, name):
-                raise ConfigError(f"ExperimentConfig.{name} must not be empty")
+            object.__setattr__(self, name, tuple(check_list(f"{own}.{name}", getattr(self, name))))
         unknown = sorted(set(self.methods) - set(METHODS))
         if unknown or len(set(self.methods)) != len(self.methods):
             raise ConfigError(
-                f"ExperimentConfig.methods: unknown or repeated {unknown or self.methods}; "
+                f"{own}.methods: unknown or repeated {unknown or self.methods}; "
                 f"known: {', '.join(METHODS)}"
             )
-        if any(not 0.0 < f <= 1.0 for f in self.budget_fractions):
-            raise ConfigError("ExperimentConfig.budget_fractions must lie in (0, 1]")
-        if any(not 0.0 < f <= 4.0 for f in self.eval_fractions):
-            raise ConfigError("ExperimentConfig.eval_fractions must lie in (0, 4]")
-        if any(k < 1 or k > self.eval_episodes for k in self.pass_ks):
-            raise ConfigError("ExperimentConfig.pass_ks must lie in 1..eval_episodes")
+        for f in self.budget_fractions:
+            check_between(f"{own}.budget_fractions", f, 0, 1, open_low=True)
+        for f in self.eval_fractions:
+            check_between(f"{own}.eval_fractions", f, 0, 4, open_low=True)
+        for k in self.pass_ks:
+            check_int(f"{own}.pass_ks", k, minimum=1, maximum=self.eval_episodes)
         from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
 
         try:
