@@ -373,7 +373,7 @@ class TurnRequest:
         turn, ep = self.turn, self.episode
         model = parsed.model or self.model
         if parsed.input_tokens is None and parsed.output_tokens is None:
-            turn.add_event(sc.BM_EVENT_USAGE_MISSING, {"budgetmix.wire": self.kind})
+            turn.add_event(sc.BM_EVENT_USAGE_MISSING, {sc.BM_WIRE: self.kind})
         inp, out = parsed.input_tokens or 0, parsed.output_tokens or 0
         read, write = parsed.cache_read_tokens, parsed.cache_write_tokens
         cost = self.pricing.cost(model, inp, out, cache_read=read, cache_write=write) or 0.0
@@ -387,7 +387,7 @@ class TurnRequest:
             cache_write_tokens=write,
         )
         if parsed.truncated:
-            turn.add_event(sc.BM_EVENT_RESPONSE_TRUNCATED, {"budgetmix.wire": self.kind})
+            turn.add_event(sc.BM_EVENT_RESPONSE_TRUNCATED, {sc.BM_WIRE: self.kind})
         if parsed.empty:
             ep.record_mistake(MistakeKind.MODEL_FORMAT_ERROR, detail="response has no output")
         calls = list(zip(parsed.tool_calls, parsed.call_arguments, strict=True))

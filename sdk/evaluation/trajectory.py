@@ -18,6 +18,7 @@ from budgetmix.budget import Budget
 from budgetmix.evaluation.failures import classify_failure
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
+from budgetmix.exceptions import BudgetmixError
 
 if TYPE_CHECKING:
     from budgetmix.controller import BudgetController
@@ -136,7 +137,7 @@ def replay(
 
 def _done(ep: Episode) -> EpisodeResult:
     if ep.result is None:  # the with-block closes every episode; this guards misuse
-        raise RuntimeError("episode not finished")
+        raise BudgetmixError("episode not finished")
     return ep.result
 
 
