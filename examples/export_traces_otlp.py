@@ -4,7 +4,7 @@
 
 With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (e.g. ``http://localhost:4318`` for a
 collector, Jaeger or Phoenix) spans go there; otherwise a loopback OTLP receiver
-(``budgetmix.otlp_receiver``) collects them and the example prints what arrived.
+(``budgetmix.telemetry.OTLPReceiver``) collects them and the example prints what arrived.
 The model is OpenAI when ``OPENAI_API_KEY`` is set, else the scripted fake server.
 
 Spans follow the OpenTelemetry GenAI conventions (``invoke_agent``, ``chat``,
@@ -21,8 +21,7 @@ import openai
 from budgetmix import Budget, BudgetController
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.testing import FakeLLMServer, Reply
-from budgetmix.otlp_receiver import OTLPReceiver
-from budgetmix.telemetry import configure_tracing
+from budgetmix.telemetry import OTLPReceiver, configure_tracing
 
 TOOLS = [
     {

@@ -335,10 +335,10 @@ def set_usage(
 def set_content(span: trace.Span, key: str, value: Any) -> None:
     """Opt-in content on a span, with credentials masked (never a secret in a trace).
 
-    The text comes from :func:`~budgetmix.redaction.redact_content`, which masks before
+    The text comes from :func:`~budgetmix.telemetry.redact_content`, which masks before
     encoding and never raises: whatever a tool returns, capturing it cannot change the
     episode's outcome."""
-    from budgetmix.redaction import redact_content
+    from budgetmix.telemetry.redaction import redact_content
 
     span.set_attribute(key, redact_content(value))
 

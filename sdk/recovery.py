@@ -35,7 +35,7 @@ class RecoveryTracker:
         detail: str = "",
     ) -> Mistake:
         """Record a mistake in ``turn``; ``detail`` is kept with credentials masked
-        (:func:`~budgetmix.redaction.redact_text`).
+        (:func:`~budgetmix.telemetry.redact_text`).
 
         Raises:
             ConfigError: ``kind`` is not a mistake kind, ``detail`` not a str, or
@@ -47,7 +47,7 @@ class RecoveryTracker:
         if detail:
             # a tool's error text may quote a credential; the detail reaches the result,
             # its JSON form and every log of it, so it is masked once, here
-            from budgetmix.redaction import redact_text
+            from budgetmix.telemetry.redaction import redact_text
 
             detail = redact_text(detail)
         for field, value in (("tool", tool), ("call_id", call_id)):

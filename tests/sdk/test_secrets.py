@@ -20,11 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from budgetmix import Budget, BudgetController, telemetry
+from budgetmix import Budget, BudgetController
 from budgetmix.exceptions import ProviderError
-from budgetmix.otlp_receiver import OTLPReceiver
-from budgetmix.redaction import REDACTED, RedactingSpanExporter, redact_content, redact_text
-from budgetmix.telemetry import CountingBatchSpanProcessor, TracingHandle, configure_tracing
+from budgetmix.telemetry import (
+    REDACTED,
+    CountingBatchSpanProcessor,
+    OTLPReceiver,
+    RedactingSpanExporter,
+    TracingHandle,
+    configure,
+    configure_tracing,
+    redact_content,
+    redact_text,
+)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
@@ -217,8 +225,8 @@ def test_console_exporter(
 ) -> None:
     # The SDK binds sys.stdout when it is imported: hand the exporters a buffer instead.
     out = io.StringIO()
-    monkeypatch.setattr(telemetry, "ConsoleSpanExporter", partial(ConsoleSpanExporter, out=out))
-    monkeypatch.setattr(telemetry, "ConsoleMetricExporter", partial(ConsoleMetricExporter, out=out))
+    monkeypatch.setattr(configure, "ConsoleSpanExporter", partial(ConsoleSpanExporter, out=out))
+    monkeypatch.setattr(configure, "ConsoleMetricExporter", partial(ConsoleMetricExporter, out=out))
     handle = configure_tracing("console", service_name="svc\t" + KEYS["openai"], set_global=False)
     handles.append(handle)
     _through_handle(handle, capture=True)

@@ -18,11 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 from budgetmix.exceptions import ConfigError, MissingExtraError
-from budgetmix.otlp_receiver import OTLPReceiver
 from budgetmix.telemetry import (
     DEFAULT_MAX_QUEUE_SIZE,
     REDACTED,
     CountingBatchSpanProcessor,
+    OTLPReceiver,
     TracingHandle,
     configure_tracing,
     read_jsonl_spans,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from budgetmix.exceptions import ConfigError
-from budgetmix.redaction import RedactingSpanExporter
+from budgetmix.telemetry.redaction import RedactingSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 

@@ -38,9 +38,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from budgetmix._deps import require
 from budgetmix.exceptions import ConfigError
-from budgetmix.jsonl_export import JsonlSpanExporter, read_jsonl_spans, span_to_dict
-from budgetmix.redaction import REDACTED, RedactingSpanExporter, redact_attributes
-from budgetmix.span_processor import (
+from budgetmix.telemetry.jsonl import JsonlSpanExporter
+from budgetmix.telemetry.processor import (
     DEFAULT_MAX_EXPORT_BATCH_SIZE,
     DEFAULT_MAX_QUEUE_SIZE,
     BoundedRunner,
@@ -60,24 +59,9 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-__all__ = [
-    "DEFAULT_MAX_EXPORT_BATCH_SIZE",
-    "DEFAULT_MAX_QUEUE_SIZE",
-    "DEFAULT_SHUTDOWN_TIMEOUT_S",
-    "REDACTED",
-    "CountingBatchSpanProcessor",
-    "ExportStats",
-    "ExporterName",
-    "JsonlSpanExporter",
-    "RedactingSpanExporter",
-    "TracingHandle",
-    "configure_tracing",
-    "read_jsonl_spans",
-    "redact_attributes",
-    "span_to_dict",
-]
+__all__ = ["DEFAULT_SHUTDOWN_TIMEOUT_S", "ExporterName", "TracingHandle", "configure_tracing"]
 
-_logger = logging.getLogger(__name__)
+_logger = logging.getLogger("budgetmix.telemetry")
 
 ExporterName = Literal["console", "jsonl", "otlp", "none"]
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
@@ -272,25 +256,10 @@ def configure_tracing(
             that cannot be opened.
         MissingExtraError: ``"otlp"`` without the ``otlp`` extra.
     """
-    if exporter not in get_args(ExporterName):
-        raise ConfigError(f"exporter: expected one of {get_args(ExporterName)}, got {exporter!r}")
-    if exporter != "otlp" and (endpoint is not None or headers is not None):
-        raise ConfigError("endpoint: endpoint and headers apply only to exporter='otlp'")
-    check_sizes(max_queue_size, max_export_batch_size)
+    _check_arguments(exporter, endpoint, headers, max_queue_size, max_export_batch_size)
     check_timeout("shutdown_timeout_s", shutdown_timeout_s)
-    if service_name == _DEFAULT_SERVICE_NAME and os.environ.get("OTEL_SERVICE_NAME"):
-        service_name = os.environ["OTEL_SERVICE_NAME"]
-    resource = Resource.create({SERVICE_NAME: service_name})
-
-    span_exporter: SpanExporter | None = None
-    metric_exporter: MetricExporter | None = None
-    if exporter == "jsonl":
-        span_exporter = JsonlSpanExporter(path)
-    elif exporter == "console":
-        span_exporter, metric_exporter = ConsoleSpanExporter(), ConsoleMetricExporter()
-    elif exporter == "otlp":
-        span_exporter, metric_exporter = _otlp_exporters(endpoint, headers)
-
+    resource = _resource(service_name)
+    span_exporter, metric_exporter = _exporters(exporter, path, endpoint, headers)
     processor = None
     if span_exporter is not None:
         processor = CountingBatchSpanProcessor(
@@ -298,21 +267,65 @@ def configure_tracing(
             max_queue_size=max_queue_size,
             max_export_batch_size=max_export_batch_size,
         )
+    provider, meter_provider = _providers(resource, processor, metric_exporter)
+    is_global = set_global and _install_global(provider, meter_provider)
+    return TracingHandle(provider, processor, meter_provider, is_global, shutdown_timeout_s)
+
+
+def _check_arguments(
+    exporter: str,
+    endpoint: str | None,
+    headers: Mapping[str, str] | None,
+    max_queue_size: int,
+    max_export_batch_size: int,
+) -> None:
+    """Raise ConfigError for an unknown exporter, OTLP settings without it, or bad sizes."""
+    if exporter not in get_args(ExporterName):
+        raise ConfigError(f"exporter: expected one of {get_args(ExporterName)}, got {exporter!r}")
+    if exporter != "otlp" and (endpoint is not None or headers is not None):
+        raise ConfigError("endpoint: endpoint and headers apply only to exporter='otlp'")
+    check_sizes(max_queue_size, max_export_batch_size)
+
+
+def _resource(service_name: str) -> Resource:
+    """The resource; ``OTEL_SERVICE_NAME`` replaces the default service name only."""
+    if service_name == _DEFAULT_SERVICE_NAME and os.environ.get("OTEL_SERVICE_NAME"):
+        service_name = os.environ["OTEL_SERVICE_NAME"]
+    return Resource.create({SERVICE_NAME: service_name})
+
+
+def _exporters(
+    exporter: ExporterName,
+    path: str | Path,
+    endpoint: str | None,
+    headers: Mapping[str, str] | None,
+) -> tuple[SpanExporter | None, MetricExporter | None]:
+    """The span and metric exporters ``exporter`` names (None where it exports nothing)."""
+    if exporter == "jsonl":
+        return JsonlSpanExporter(path), None
+    if exporter == "console":
+        return ConsoleSpanExporter(), ConsoleMetricExporter()
+    if exporter == "otlp":
+        return _otlp_exporters(endpoint, headers)
+    return None, None
+
+
+def _providers(
+    resource: Resource,
+    processor: CountingBatchSpanProcessor | None,
+    metric_exporter: MetricExporter | None,
+) -> tuple[TracerProvider, MeterProvider | None]:
+    """The tracer provider over ``processor`` and, with a metric exporter, a meter provider."""
     # atexit is handled by TracingHandle, which flushes before shutting down.
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     if processor is not None:
         provider.add_span_processor(processor)
-    meter_provider = None
-    if metric_exporter is not None:
-        reader = PeriodicExportingMetricReader(metric_exporter)
-        meter_provider = MeterProvider(
-            resource=resource, metric_readers=[reader], shutdown_on_exit=False
-        )
-
-    is_global = False
-    if set_global:
-        is_global = _install_global(provider, meter_provider)
-    return TracingHandle(provider, processor, meter_provider, is_global, shutdown_timeout_s)
+    if metric_exporter is None:
+        return provider, None
+    reader = PeriodicExportingMetricReader(metric_exporter)
+    return provider, MeterProvider(
+        resource=resource, metric_readers=[reader], shutdown_on_exit=False
+    )
 
 
 def _install_global(provider: TracerProvider, meter_provider: MeterProvider | None) -> bool:
