@@ -16,6 +16,7 @@ from budgetmix.adapters.base import (
     ChatMessage,
     ChatModel,
     ChatModelBase,
+    ModelRequest,
     ModelResponse,
     ToolCallRequest,
     ToolSpec,
@@ -28,7 +29,6 @@ from budgetmix.adapters.testing.network import NetworkBlockedError, block_networ
 from budgetmix.adapters.testing.scripted import (
     FailingModel,
     MistakeThenRecover,
-    ModelRequest,
     ScriptedModel,
     ScriptExhaustedError,
     TransientModelError,

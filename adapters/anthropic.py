@@ -36,14 +36,21 @@ for :func:`budgetmix.adapters.run_agent`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from budgetmix._deps import require
 from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint, SyncEndpoint
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import anthropic as wire
-from budgetmix.adapters.base import ChatMessage, ChatModelBase, ModelResponse, ToolSpec
+from budgetmix.adapters.base import (
+    ChatModelBase,
+    Messages,
+    ModelRequest,
+    ModelResponse,
+    Notice,
+    ToolChoice,
+    Tools,
+)
 from budgetmix.notice import with_notice_anthropic
 
 __all__ = ["AnthropicChatModel", "AsyncBudgetedAnthropic", "BudgetedAnthropic"]
@@ -173,11 +180,11 @@ class AnthropicChatModel(ChatModelBase[dict[str, Any], Any]):
 
     def request_body(
         self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
+        messages: Messages,
+        tools: Tools,
         *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
+        notice: Notice,
+        tool_choice: ToolChoice = "auto",
     ) -> dict[str, Any]:
         """The ``messages.create`` arguments for one call."""
         system, messages_out = wire.write_messages(messages)
@@ -195,16 +202,11 @@ class AnthropicChatModel(ChatModelBase[dict[str, Any], Any]):
                 body["tool_choice"] = {"type": "none"}
         return body
 
-    def build_request(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"],
-    ) -> dict[str, Any]:
+    def build_request(self, call: ModelRequest) -> dict[str, Any]:
         """:meth:`request_body` (the SDK transforms it, as it does cheaply)."""
-        return self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
+        return self.request_body(
+            call.messages, call.tools, notice=call.notice, tool_choice=call.tool_choice
+        )
 
     def send(self, request: dict[str, Any]) -> Any:
         """One Messages call."""

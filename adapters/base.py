@@ -24,9 +24,14 @@ __all__ = [
     "ChatMessage",
     "ChatModel",
     "ChatModelBase",
+    "Messages",
+    "ModelRequest",
     "ModelResponse",
+    "Notice",
     "ToolCallRequest",
+    "ToolChoice",
     "ToolSpec",
+    "Tools",
     "Usage",
 ]
 
@@ -97,6 +102,29 @@ class ModelResponse:
     raw: Any = field(default=None, repr=False, compare=False)
 
 
+#: The parts of one call, as the loop passes them to a chat model.
+Messages = Sequence[ChatMessage]
+Tools = Sequence[ToolSpec]
+Notice = str | None
+ToolChoice = Literal["auto", "none"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One call's inputs, exactly as the loop sent them (a :class:`ChatModelBase` builds
+    its request from it; a scripted model records it)."""
+
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...]
+    notice: str | None
+    tool_choice: ToolChoice
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The names of the tools the call offered."""
+        return tuple(t.name for t in self.tools)
+
+
 @runtime_checkable
 class ChatModel(Protocol):
     """A synchronous chat model.
@@ -111,12 +139,7 @@ class ChatModel(Protocol):
     provider_name: str
 
     def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
+        self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
     ) -> ModelResponse: ...
 
 
@@ -128,12 +151,7 @@ class AsyncChatModel(Protocol):
     provider_name: str
 
     async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
+        self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
     ) -> ModelResponse: ...
 
 
@@ -143,8 +161,8 @@ ReplyT = TypeVar("ReplyT")
 
 class ChatModelBase(ABC, Generic[RequestT, ReplyT]):
     """A :class:`ChatModel` and :class:`AsyncChatModel` whose ``complete`` and
-    ``acomplete`` are written once: :meth:`build_request`, then :meth:`send` (or
-    :meth:`asend`), then :meth:`read_reply`.
+    ``acomplete`` are written once: :meth:`build_request` (from the call's
+    :class:`ModelRequest`), then :meth:`send` (or :meth:`asend`), then :meth:`read_reply`.
 
     ``RequestT`` is what a model sends (a provider's ``create`` arguments, a prompt);
     ``ReplyT`` what comes back (an SDK response, generated tokens). :meth:`asend`
@@ -155,39 +173,30 @@ class ChatModelBase(ABC, Generic[RequestT, ReplyT]):
     provider_name: str
 
     def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
+        self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
     ) -> ModelResponse:
         """One call: the conversation, the tools and the notice -> the model's reply."""
-        request = self.build_request(messages, tools, notice=notice, tool_choice=tool_choice)
+        request = self._request(messages, tools, notice, tool_choice)
         return self.read_reply(self.send(request), request)
 
     async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
+        self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
     ) -> ModelResponse:
         """The async twin of :meth:`complete` (it awaits :meth:`asend`)."""
-        request = self.build_request(messages, tools, notice=notice, tool_choice=tool_choice)
+        request = self._request(messages, tools, notice, tool_choice)
         return self.read_reply(await self.asend(request), request)
 
-    @abstractmethod
-    def build_request(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"],
+    def _request(
+        self, messages: Messages, tools: Tools, notice: Notice, tool_choice: ToolChoice
     ) -> RequestT:
-        """What one call sends (the notice injected for this request only)."""
+        call = ModelRequest(
+            messages=tuple(messages), tools=tuple(tools), notice=notice, tool_choice=tool_choice
+        )
+        return self.build_request(call)
+
+    @abstractmethod
+    def build_request(self, call: ModelRequest) -> RequestT:
+        """What ``call`` sends (its notice injected for this request only)."""
 
     @abstractmethod
     def send(self, request: RequestT) -> ReplyT:

@@ -51,14 +51,21 @@ for :func:`budgetmix.adapters.run_agent` (the loop charges turns itself).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from budgetmix._deps import require
 from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint, SyncEndpoint
 from budgetmix.adapters._turn import plain_json, send_as_is
 from budgetmix.adapters._wire import chat
-from budgetmix.adapters.base import ChatMessage, ChatModelBase, ModelResponse, ToolSpec
+from budgetmix.adapters.base import (
+    ChatModelBase,
+    Messages,
+    ModelRequest,
+    ModelResponse,
+    Notice,
+    ToolChoice,
+    Tools,
+)
 from budgetmix.notice import with_notice_openai_chat
 
 __all__ = ["AsyncBudgetedOpenAI", "BudgetedOpenAI", "OpenAIChatModel"]
@@ -142,11 +149,11 @@ class OpenAIChatModel(ChatModelBase[dict[str, Any], Any]):
 
     def request_body(
         self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
+        messages: Messages,
+        tools: Tools,
         *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
+        notice: Notice,
+        tool_choice: ToolChoice = "auto",
     ) -> dict[str, Any]:
         """The ``create`` arguments for one call (also useful to inspect what is sent)."""
         wire = chat.write_messages(messages)
@@ -161,17 +168,12 @@ class OpenAIChatModel(ChatModelBase[dict[str, Any], Any]):
                 body["tool_choice"] = "none"
         return body
 
-    def build_request(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"],
-    ) -> dict[str, Any]:
+    def build_request(self, call: ModelRequest) -> dict[str, Any]:
         """:meth:`request_body` as handed to the SDK: plain-JSON messages ride in
         ``extra_body``."""
-        body = self.request_body(messages, tools, notice=notice, tool_choice=tool_choice)
+        body = self.request_body(
+            call.messages, call.tools, notice=call.notice, tool_choice=call.tool_choice
+        )
         if not self.sdk_transform and plain_json(body["messages"]):
             send_as_is(body, "messages", sdk_sees=[])
         return body

@@ -23,7 +23,6 @@ from budgetmix.adapters.testing.network import NetworkBlockedError, block_networ
 from budgetmix.adapters.testing.scripted import (
     FailingModel,
     MistakeThenRecover,
-    ModelRequest,
     Responder,
     ScriptedModel,
     ScriptExhaustedError,
@@ -40,7 +39,6 @@ __all__ = [
     "FakeLLMServer",
     "FakeTransport",
     "MistakeThenRecover",
-    "ModelRequest",
     "NetworkBlockedError",
     "RecordedRequest",
     "Reply",

@@ -18,7 +18,6 @@ import json
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from budgetmix.adapters.base import (
@@ -26,8 +25,10 @@ from budgetmix.adapters.base import (
     ChatMessage,
     ChatModel,
     ChatModelBase,
+    ModelRequest,
     ModelResponse,
     ToolCallRequest,
+    ToolChoice,
     ToolSpec,
     Usage,
 )
@@ -36,7 +37,6 @@ from budgetmix.exceptions import BudgetmixError, ConfigError
 __all__ = [
     "FailingModel",
     "MistakeThenRecover",
-    "ModelRequest",
     "Responder",
     "ScriptExhaustedError",
     "ScriptedModel",
@@ -48,27 +48,12 @@ __all__ = [
     "unknown_tool_call",
 ]
 
-ToolChoice = Literal["auto", "none"]
 
 #: ``(messages, tools, notice) -> ModelResponse``; a responder that also takes a
 #: ``tool_choice`` keyword parameter receives it.
 Responder = Callable[..., ModelResponse]
 
 _call_ids = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRequest:
-    """One request a scripted model received, exactly as the loop sent it."""
-
-    messages: tuple[ChatMessage, ...]
-    tools: tuple[ToolSpec, ...]
-    notice: str | None
-    tool_choice: ToolChoice
-
-    @property
-    def tool_names(self) -> tuple[str, ...]:
-        return tuple(t.name for t in self.tools)
 
 
 class ScriptExhaustedError(BudgetmixError, AssertionError):
@@ -164,18 +149,9 @@ class ScriptedModel(ChatModelBase[ModelRequest, ModelResponse]):
         """The notice of every request, in order."""
         return [r.notice for r in self.requests]
 
-    def build_request(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: ToolChoice,
-    ) -> ModelRequest:
+    def build_request(self, call: ModelRequest) -> ModelRequest:
         """The request, as :attr:`requests` records it."""
-        return ModelRequest(
-            messages=tuple(messages), tools=tuple(tools), notice=notice, tool_choice=tool_choice
-        )
+        return call
 
     def send(self, request: ModelRequest) -> ModelResponse:
         """Record ``request`` and answer with the next scripted response."""
@@ -259,18 +235,9 @@ class FailingModel(ChatModelBase[ModelRequest, ModelResponse]):
         if failing:
             raise self.error()
 
-    def build_request(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: ToolChoice,
-    ) -> ModelRequest:
+    def build_request(self, call: ModelRequest) -> ModelRequest:
         """The request to hand on."""
-        return ModelRequest(
-            messages=tuple(messages), tools=tuple(tools), notice=notice, tool_choice=tool_choice
-        )
+        return call
 
     def send(self, request: ModelRequest) -> ModelResponse:
         """Fail, or ask the wrapped model's ``complete``."""
