@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from budgetmix.exceptions import ConfigError
@@ -35,27 +35,6 @@ def _dead_endpoint() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture
-def otlp_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TIMEOUT",
-        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def handles() -> Iterator[list[TracingHandle]]:
-    made: list[TracingHandle] = []
-    yield made
-    for handle in made:
-        handle.shutdown(timeout_s=TIMEOUT_S)
 
 
 def _emit(provider: TracerProvider, n: int = SPANS) -> None:

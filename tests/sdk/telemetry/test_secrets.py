@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -145,28 +145,6 @@ def _leaks(exported: bytes | str) -> list[str]:
     )
 
 
-@pytest.fixture
-def no_otlp_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_EXPORTER_OTLP_COMPRESSION",
-        "OTEL_RESOURCE_ATTRIBUTES",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def handles() -> Iterator[list[TracingHandle]]:
-    made: list[TracingHandle] = []
-    yield made
-    for handle in made:
-        handle.shutdown()
-
-
 def _through_handle(handle: TracingHandle, capture: bool) -> None:
     _run_episode(handle.provider, capture=capture)
     _emit_user_spans(handle.provider)
@@ -206,7 +184,7 @@ def test_in_memory_exporter_behind_counting_processor(capture: bool) -> None:
 
 
 def test_jsonl_exporter(
-    tmp_path: Path, handles: list[TracingHandle], no_otlp_env: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, handles: list[TracingHandle], otlp_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.note=" + KEYS["openai"])
     path = tmp_path / "t.jsonl"
@@ -221,7 +199,7 @@ def test_jsonl_exporter(
 
 
 def test_console_exporter(
-    monkeypatch: pytest.MonkeyPatch, handles: list[TracingHandle], no_otlp_env: None
+    monkeypatch: pytest.MonkeyPatch, handles: list[TracingHandle], otlp_env: None
 ) -> None:
     # The SDK binds sys.stdout when it is imported: hand the exporters a buffer instead.
     out = io.StringIO()
@@ -236,9 +214,7 @@ def test_console_exporter(
     assert _leaks(text) == []
 
 
-def test_otlp_exporter_to_loopback_receiver(
-    handles: list[TracingHandle], no_otlp_env: None
-) -> None:
+def test_otlp_exporter_to_loopback_receiver(handles: list[TracingHandle], otlp_env: None) -> None:
     with OTLPReceiver() as receiver:
         handle = configure_tracing(
             "otlp",

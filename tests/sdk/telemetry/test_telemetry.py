@@ -12,7 +12,7 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -38,38 +38,6 @@ OPENAI_KEY = "sk-proj-abcDEF1234567890ghijklmnop"
 ANTHROPIC_KEY = "sk-ant-api03-ZYXWVUTSRQ0987654321-abcdef"
 BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.payload.signature"
 SECRETS = (OPENAI_KEY, ANTHROPIC_KEY, "eyJhbGciOiJIUzI1NiJ9", "hunter2-password")
-
-
-@pytest.fixture
-def otlp_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No stray OTLP settings from the environment; loopback never through a proxy."""
-    for name in (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-        "OTEL_EXPORTER_OTLP_COMPRESSION",
-        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def receiver(otlp_env: None) -> Iterator[OTLPReceiver]:
-    with OTLPReceiver() as rx:
-        yield rx
-
-
-@pytest.fixture
-def handles() -> Iterator[list[TracingHandle]]:
-    """Handles to shut down after the test, whatever happens."""
-    made: list[TracingHandle] = []
-    yield made
-    for handle in made:
-        handle.shutdown()
 
 
 def _emit_sample(handle: TracingHandle) -> None:
