@@ -14,13 +14,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
 
 
-def _run(capture: bool) -> list[dict[str, object]]:
+def _traced(capture: bool) -> tuple[BudgetController, InMemorySpanExporter]:
+    """A two-turn controller whose spans land in the returned in-memory exporter."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     controller = BudgetController(
         Budget(turns=2), tracer_provider=provider, capture_content=capture
     )
+    return controller, exporter
+
+
+def _run(capture: bool) -> list[dict[str, object]]:
+    controller, exporter = _traced(capture)
     with controller.episode() as ep:
         turn = ep.begin_turn(model="m")
         turn.record_content(
@@ -86,12 +92,7 @@ UNENCODABLE = {
 
 
 def _outcome(capture: bool, result: object) -> tuple[str, bool | None, int]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    controller = BudgetController(
-        Budget(turns=2), tracer_provider=provider, capture_content=capture
-    )
+    controller, exporter = _traced(capture)
     with controller.episode() as ep:
         turn = ep.begin_turn(model="m")
         turn.record_content(input_messages=[result], output_messages=result)
@@ -111,10 +112,7 @@ def test_capturing_content_never_changes_the_outcome(make: Callable[[], object])
 
 
 def test_unencodable_content_is_captured_as_placeholders() -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    controller = BudgetController(Budget(turns=2), tracer_provider=provider, capture_content=True)
+    controller, exporter = _traced(True)
     with controller.episode() as ep:
         ep.begin_turn()
         (call,) = ep.tool_batch(["lookup"], ["c1"])
