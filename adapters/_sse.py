@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from budgetmix.exceptions import ConfigError, ResponseFormatError
+from budgetmix.exceptions import ResponseFormatError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
     "EventStreamDecoder",
-    "check_limit",
     "limit_error",
     "read_json",
 ]
@@ -48,17 +47,6 @@ def read_json(data: bytes | str) -> Any:
         return _DECODE_JSON(data.decode("utf-8-sig") if isinstance(data, bytes) else data)
     except ValueError:
         return json.loads(data)  # raises again when it is not JSON in any encoding
-
-
-def check_limit(name: str, value: object) -> int:
-    """``value`` if it is a positive int (a size in bytes).
-
-    Raises:
-        ConfigError: it is not; the message names ``name``.
-    """
-    if type(value) is not int or value < 1:
-        raise ConfigError(f"{name} must be a positive int (bytes), got {value!r}")
-    return value
 
 
 def limit_error(what: str, name: str, limit: int) -> ResponseFormatError:

@@ -18,13 +18,13 @@ import threading
 from types import ModuleType
 from typing import Any, Literal
 
+from budgetmix._validate import check_int
 from budgetmix.adapters._endpoints import Target, resolve_episode
 from budgetmix.adapters._replies import HTTPStatusFailure, refused, sdk_safe
 from budgetmix.adapters._sse import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
     EventStreamDecoder,
-    check_limit,
     limit_error,
     read_json,
 )
@@ -131,8 +131,8 @@ class TransportCore:
     ) -> None:
         if on_exhausted not in ("raise", "respond"):
             raise ValueError(f"on_exhausted must be 'raise' or 'respond', got {on_exhausted!r}")
-        self.max_event = check_limit("max_event_bytes", max_event_bytes)
-        self.max_body = check_limit("max_body_bytes", max_body_bytes)
+        self.max_event = check_int("max_event_bytes", max_event_bytes, minimum=1)
+        self.max_body = check_int("max_body_bytes", max_body_bytes, minimum=1)
         self.target = target
         self.pricing = pricing if pricing is not None else DEFAULT_PRICING
         self.on_exhausted: OnExhausted = on_exhausted
