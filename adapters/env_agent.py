@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 
 from budgetmix.adapters.base import AsyncChatModel, ChatMessage, ChatModel, ModelResponse
 from budgetmix.environment import AgentReply, Environment
-from budgetmix.exceptions import ConfigError, ProviderError
+from budgetmix.exceptions import BudgetmixError, ConfigError
+from budgetmix.provider_errors import map_provider_error
 from budgetmix.retry import RetryPolicy, acall_with_retry, call_with_retry
 
 __all__ = ["ChatModelEnvAgent"]
@@ -100,10 +101,10 @@ class ChatModelEnvAgent:
             response = call_with_retry(
                 lambda: complete(request, (), notice=shown), self.retry, rng=self._rng
             )
-        except ProviderError:
+        except BudgetmixError:
             raise
         except Exception as exc:
-            raise ProviderError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+            raise map_provider_error(exc) from exc
         return self._commit(request, response)
 
     async def _act_async(
@@ -113,13 +114,13 @@ class ChatModelEnvAgent:
         shown = notice if self.sees_budget else None
         acomplete: Callable[..., Awaitable[ModelResponse]] = self.model.acomplete  # type: ignore[union-attr]
 
-        async def once() -> ModelResponse:  # a coroutine function: tenacity awaits it
+        async def once() -> ModelResponse:
             return await acomplete(request, (), notice=shown)
 
         try:
             response = await acall_with_retry(once, self.retry, rng=self._rng)
-        except ProviderError:
+        except BudgetmixError:
             raise
         except Exception as exc:
-            raise ProviderError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+            raise map_provider_error(exc) from exc
         return self._commit(request, response)

@@ -327,4 +327,3 @@ class Ledger:
 
     def limits(self) -> dict[str, float | None]:
         return dict(self._limits)
-

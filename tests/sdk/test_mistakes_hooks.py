@@ -253,3 +253,22 @@ def test_record_tool_result_once_per_call_id() -> None:
     (recovery,) = ep.recoveries  # the ToolCall's success recovered "a"
     assert recovery.recovered == (mistake.id,)
     assert [s.ok for s in ep.steps] == [False, True, True]
+
+
+def test_a_mistake_detail_is_kept_with_credentials_masked() -> None:
+    """A tool's error text reaches the result, its JSON form and every log of it."""
+    key = "sk-test-DEADBEEFdeadbeef0123456789abcdef"
+    with BudgetController(Budget(turns=2)).episode() as ep:
+        (call,) = ep.tool_batch(["lookup"])
+        with pytest.raises(PermissionError):
+            call.run(_raise, PermissionError(f"denied: Authorization: Bearer {key}"))
+        ep.record_mistake("model_format_error", detail=f"echoed {key}")
+        ep.finish(False)
+    assert ep.result is not None
+    details = [m.detail for m in ep.result.mistakes]
+    assert all(key not in d for d in details) and details[0].startswith("PermissionError: denied")
+    assert key not in json.dumps(ep.result.to_dict())
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc

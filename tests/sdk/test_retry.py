@@ -248,3 +248,46 @@ def test_a_child_never_sleeps_past_its_parents_wall_budget(fake_clock: FakeClock
             child.begin_turn().call(fn, sleep=fake_clock.sleep)
     # 1 + 2 = 3 s; waiting 4 s more would pass the parent's 5 s deadline
     assert fake_clock.sleeps == [1.0, 2.0]
+
+
+def test_the_decision_core_decides_without_sleeping_or_calling() -> None:
+    """RetryState is what both drivers loop over: it answers wait-or-give-up only."""
+    from budgetmix.retry import RetryState
+
+    policy = RetryPolicy(max_attempts=3, initial_delay=1.0, multiplier=2.0, jitter=0.0)
+    state = RetryState(policy, rng=random.Random(0))
+    assert state.after_failure(HTTPStatusError(503)) == 1.0
+    assert state.after_failure(TimeoutError()) == 2.0
+    assert state.after_failure(TimeoutError()) is None  # the third attempt was the last
+    assert state.attempt == 3
+    assert RetryState(policy).after_failure(HTTPStatusError(400)) is None  # permanent
+    tight = RetryState(policy, wall_left=lambda: 0.5)
+    assert tight.after_failure(TimeoutError()) is None  # would wait past the wall budget
+
+
+async def test_the_async_driver_retries_like_the_sync_one() -> None:
+    from budgetmix.retry import acall_with_retry
+
+    sleeps: list[float] = []
+    reported: list[tuple[int, str, float]] = []
+
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+
+    fn = Flaky(HTTPStatusError(429, {"retry-after": "4"}), HTTPStatusError(500))
+
+    def call() -> Any:  # returns an awaitable without being a coroutine function
+        async def once() -> str:
+            return fn()
+
+        return once()
+
+    policy = RetryPolicy(initial_delay=0.5, multiplier=2.0, jitter=0.0)
+    result = await acall_with_retry(
+        call,
+        policy,
+        sleep=sleep,
+        on_retry=lambda n, exc, d: reported.append((n, type(exc).__name__, d)),
+    )
+    assert result == "ok" and sleeps == [4.0, 1.0] and fn.calls == 3
+    assert reported == [(1, "HTTPStatusError", 4.0), (2, "HTTPStatusError", 1.0)]
