@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from budgetmix._deps import require
+from budgetmix.exceptions import BudgetmixError
 
 if TYPE_CHECKING:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -222,10 +223,10 @@ class OTLPReceiver:
         """Base URL (``http://127.0.0.1:PORT``), as for ``OTEL_EXPORTER_OTLP_ENDPOINT``.
 
         Raises:
-            RuntimeError: the receiver is not started.
+            BudgetmixError: the receiver is not started.
         """
         if self._server is None:
-            raise RuntimeError("OTLPReceiver is not started")
+            raise BudgetmixError("OTLPReceiver is not started")
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
