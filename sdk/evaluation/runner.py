@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from budgetmix._validate import check_choice, check_int, check_ints
 from budgetmix.accounting import DEFAULT_ACCOUNTING
@@ -57,11 +57,11 @@ from budgetmix.environment import (
 from budgetmix.evaluation.results import EpisodeRecord, ResultsWriter
 from budgetmix.evaluation.trajectory import (
     EpisodeKey,
-    Step,
     Trajectory,
     apply_exception,
     apply_step,
     make_record,
+    observed_step,
     record_usage,
     replay,
 )
@@ -76,7 +76,7 @@ from budgetmix.policies import (
 )
 from opentelemetry import metrics, trace
 
-__all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "derive_seed"]
+__all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "RunOptions", "derive_seed"]
 
 R = TypeVar("R")
 
@@ -188,6 +188,36 @@ class _Unit:
     budgets: tuple[int, ...]  # records to produce; the live run is at the largest
 
 
+class RunOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Evaluator.arun`, which :meth:`Evaluator.run` passes on."""
+
+    on_record: Callable[[EpisodeRecord], None] | None
+    on_plan: Callable[[int, int], None] | None
+    overwrite: bool
+
+
+class _Tally:
+    """Writes each unit's records as it finishes and counts what the run did."""
+
+    def __init__(
+        self, writer: ResultsWriter, on_record: Callable[[EpisodeRecord], None] | None
+    ) -> None:
+        self.writer = writer
+        self.on_record = on_record
+        self.live = self.derived = self.steps = self.separate = 0
+
+    def add(self, records: Sequence[EpisodeRecord], steps: int) -> None:
+        """One live episode of ``steps`` env steps and the records it yielded."""
+        self.live += 1
+        self.steps += steps
+        for rec in records:
+            self.derived += int(rec.derived)
+            self.separate += rec.env_calls
+            self.writer.write(rec)
+            if self.on_record is not None:
+                self.on_record(rec)
+
+
 class Evaluator:
     """Runs ``agent_factory()`` agents on ``tasks`` for every budget and sample.
 
@@ -242,24 +272,21 @@ class Evaluator:
         self._pool: ThreadPoolExecutor | None = None
 
     # -- public ------------------------------------------------------------------------
-    def run(
-        self,
-        results_path: str | Path,
-        *,
-        on_record: Callable[[EpisodeRecord], None] | None = None,
-        on_plan: Callable[[int, int], None] | None = None,
-        overwrite: bool = False,
-    ) -> EvalRun:
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether smaller budgets are derived from one live run (see the module docstring)."""
+        cfg = self.config
+        return cfg.prefix_sharing and not self.sees_budget and self._truncation_safe
+
+    def run(self, results_path: str | Path, **options: Unpack[RunOptions]) -> EvalRun:
         """Synchronous :meth:`arun` (starts its own event loop)."""
-        return asyncio.run(
-            self.arun(results_path, on_record=on_record, on_plan=on_plan, overwrite=overwrite)
-        )
+        return asyncio.run(self.arun(results_path, **options))
 
     def plan(self, done: Mapping[tuple[str, int, int], object]) -> list[_Unit]:
         """The work still to do given the keys already in the results file."""
         cfg = self.config
         units: list[_Unit] = []
-        shared = cfg.prefix_sharing and not self.sees_budget and self._truncation_safe
+        shared = self.shares_prefixes
         for sample in range(cfg.samples):
             if shared:
                 for task in self.tasks:
@@ -302,50 +329,13 @@ class Evaluator:
         units = self.plan(writer.done)
         if on_plan is not None:
             on_plan(len(wanted) - skipped, skipped)
-        counters = {"live": 0, "derived": 0, "steps": 0, "separate": 0}
+        tally = _Tally(writer, on_record)
         workers = min(cfg.concurrency, max(1, len(units)))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bm-eval")
         try:
             with writer:
-                writer.write_run(
-                    {
-                        "budgets": list(cfg.budgets),
-                        "samples": cfg.samples,
-                        "tasks": [t.task_id for t in self.tasks],
-                        "training_ceiling": cfg.training_ceiling,
-                        "prefix_sharing": cfg.prefix_sharing
-                        and not self.sees_budget
-                        and self._truncation_safe,
-                        "concurrency": cfg.concurrency,
-                    }
-                )
-                queue: asyncio.Queue[_Unit] = asyncio.Queue()
-                for u in units:
-                    queue.put_nowait(u)
-
-                async def worker() -> None:
-                    while True:
-                        try:
-                            unit = queue.get_nowait()
-                        except asyncio.QueueEmpty:
-                            return
-                        records, steps = await self._run_unit(unit)
-                        counters["live"] += 1
-                        counters["steps"] += steps
-                        for rec in records:
-                            counters["derived"] += int(rec.derived)
-                            counters["separate"] += rec.env_calls
-                            writer.write(rec)
-                            if on_record is not None:
-                                on_record(rec)
-
-                tasks = [asyncio.create_task(worker()) for _ in range(workers)]
-                try:
-                    await asyncio.gather(*tasks)
-                finally:
-                    for t in tasks:
-                        t.cancel()
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                writer.write_run(self._run_header())
+                await self._run_units(units, workers, tally)
                 all_records = tuple(writer.done[k] for k in sorted(wanted) if k in writer.done)
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -353,16 +343,51 @@ class Evaluator:
         return EvalRun(
             path=Path(results_path),
             records=all_records,
-            live_episodes=counters["live"],
-            derived_records=counters["derived"],
+            live_episodes=tally.live,
+            derived_records=tally.derived,
             skipped=skipped,
-            env_steps=counters["steps"],
-            env_steps_separate=counters["separate"],
+            env_steps=tally.steps,
+            env_steps_separate=tally.separate,
             elapsed_s=time.perf_counter() - t0,
             sees_budget=self.sees_budget,
         )
 
     # -- internals ---------------------------------------------------------------------
+    def _run_header(self) -> dict[str, Any]:
+        """The results file's ``run`` line: the grid this run asks for."""
+        cfg = self.config
+        return {
+            "budgets": list(cfg.budgets),
+            "samples": cfg.samples,
+            "tasks": [t.task_id for t in self.tasks],
+            "training_ceiling": cfg.training_ceiling,
+            "prefix_sharing": self.shares_prefixes,
+            "concurrency": cfg.concurrency,
+        }
+
+    async def _run_units(self, units: Sequence[_Unit], workers: int, tally: _Tally) -> None:
+        """Play ``units`` with ``workers`` in flight; the first error cancels the rest."""
+        queue: asyncio.Queue[_Unit] = asyncio.Queue()
+        for u in units:
+            queue.put_nowait(u)
+
+        async def worker() -> None:
+            while True:
+                try:
+                    unit = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                records, steps = await self._run_unit(unit)
+                tally.add(records, steps)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _call(self, fn: Callable[..., R], *args: Any) -> R:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, fn, *args)
@@ -455,22 +480,7 @@ class Evaluator:
                     reply = await self._act(agent, obs, None if blind else turn.notice, left)
                     r = reply if isinstance(reply, AgentReply) else AgentReply(text=str(reply))
                     result = await self._env(env.step, r.text)
-                    label = result.label
-                    hint = result.info.get("failure") if result.info else None
-                    step = Step(
-                        valid=label.valid,
-                        progress=label.progress,
-                        mistake=label.mistake,
-                        detail=label.detail,
-                        success=result.success,
-                        done=result.done,
-                        failure_hint=hint if isinstance(hint, str) else None,
-                        input_tokens=r.input_tokens,
-                        output_tokens=r.output_tokens,
-                        cost_usd=r.cost_usd,
-                        tool_calls=int(result.info.get("tool_calls", 0)) if result.info else 0,
-                        latency_s=time.perf_counter() - ts,
-                    )
+                    step = observed_step(result, r, latency_s=time.perf_counter() - ts)
                     traj.steps.append(step)
                     record_usage(turn, step)
                     obs = result.observation

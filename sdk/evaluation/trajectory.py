@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from budgetmix.budget import Budget
+from budgetmix.environment import AgentReply, StepResult
 from budgetmix.evaluation.failures import classify_failure
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
@@ -25,7 +26,15 @@ if TYPE_CHECKING:
     from budgetmix.episode import Episode
     from budgetmix.steps import Turn
 
-__all__ = ["EpisodeKey", "Step", "Trajectory", "apply_step", "make_record", "replay"]
+__all__ = [
+    "EpisodeKey",
+    "Step",
+    "Trajectory",
+    "apply_step",
+    "make_record",
+    "observed_step",
+    "replay",
+]
 
 _KINDS = frozenset(str(k) for k in MistakeKind)
 
@@ -71,6 +80,26 @@ class Trajectory:
     error: str | None = None
     in_setup: bool = False  # raised by env.reset / agent.start, before any turn
     setup_s: float = 0.0
+
+
+def observed_step(result: StepResult, reply: AgentReply, *, latency_s: float) -> Step:
+    """The step an environment reported for the agent's ``reply``, with what it cost."""
+    label = result.label
+    hint = result.info.get("failure") if result.info else None
+    return Step(
+        valid=label.valid,
+        progress=label.progress,
+        mistake=label.mistake,
+        detail=label.detail,
+        success=result.success,
+        done=result.done,
+        failure_hint=hint if isinstance(hint, str) else None,
+        input_tokens=reply.input_tokens,
+        output_tokens=reply.output_tokens,
+        cost_usd=reply.cost_usd,
+        tool_calls=int(result.info.get("tool_calls", 0)) if result.info else 0,
+        latency_s=latency_s,
+    )
 
 
 def record_usage(turn: Turn, step: Step) -> None:
