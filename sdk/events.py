@@ -82,6 +82,7 @@ class Mistake:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``kind`` as its string)."""
         return {
             "id": self.id,
             "kind": str(self.kind),
@@ -102,6 +103,7 @@ class Recovery:
     turns_to_recover: int
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
         return {
             "id": self.id,
             "turn": self.turn,
@@ -119,6 +121,7 @@ class BudgetEvent:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
         return {"kind": self.kind, "turn": self.turn, "detail": dict(self.detail)}
 
 
@@ -143,10 +146,12 @@ class EpisodeResult:
 
     @property
     def success(self) -> bool:
+        """Whether the episode ended with status ``success``."""
         return self.status is EpisodeStatus.SUCCESS
 
     @property
     def turns_used(self) -> int:
+        """Turns charged, as an int."""
         return int(self.used["turns"])
 
     def to_dict(self) -> dict[str, Any]:

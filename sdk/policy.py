@@ -62,16 +62,24 @@ class EpisodeView(Protocol):
     """Read-only view of an episode, the only thing policies see."""
 
     @property
-    def state(self) -> LedgerState: ...
+    def state(self) -> LedgerState:
+        """The ledger's counts and limits now."""
+        ...
 
     @property
-    def mistakes(self) -> Sequence[Mistake]: ...
+    def mistakes(self) -> Sequence[Mistake]:
+        """Every mistake recorded so far, in order."""
+        ...
 
     @property
-    def steps(self) -> Sequence[StepRecord]: ...
+    def steps(self) -> Sequence[StepRecord]:
+        """Every step recorded so far, in order."""
+        ...
 
     @property
-    def grants(self) -> int: ...
+    def grants(self) -> int:
+        """How many grants raised the episode's limits so far, from any policy."""
+        ...
 
 
 @runtime_checkable
@@ -79,23 +87,31 @@ class NoticePolicy(Protocol):
     """Decides whether the model sees a notice this turn, and in which format."""
 
     @property
-    def format(self) -> str: ...
+    def format(self) -> str:
+        """The registered notice format id (:data:`budgetmix.NOTICE_FORMATS`)."""
+        ...
 
-    def should_notify(self, state: LedgerState) -> bool: ...
+    def should_notify(self, state: LedgerState) -> bool:
+        """Whether the turn in progress carries a notice."""
+        ...
 
 
 @runtime_checkable
 class ExtensionPolicy(Protocol):
     """Asked when a limit refuses a turn; returns amounts to grant, or ``None``."""
 
-    def on_limit(self, view: EpisodeView, dimension: str) -> dict[str, float] | None: ...
+    def on_limit(self, view: EpisodeView, dimension: str) -> dict[str, float] | None:
+        """Amounts to grant per dimension now that ``dimension`` refused a turn, or ``None``."""
+        ...
 
 
 @runtime_checkable
 class EarlyStopPolicy(Protocol):
     """Asked after every step; returns a reason to stop the episode, or ``None``."""
 
-    def check(self, view: EpisodeView) -> str | None: ...
+    def check(self, view: EpisodeView) -> str | None:
+        """The reason to stop the episode now, or ``None`` to go on."""
+        ...
 
 
 F = TypeVar("F", bound="Rule[Any]")
