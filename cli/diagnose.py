@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgetmix.cli._errors import (
     CliParser,
@@ -32,6 +32,10 @@ from budgetmix.cli._errors import (
     run_command,
 )
 from budgetmix.exceptions import BudgetmixError
+
+if TYPE_CHECKING:
+    from budgetmix.training.diagnostics import ActionComparison, CurvePoint, RecoveryResult
+    from rich.table import Table
 
 __all__ = ["DiagnoseOptions", "diagnose_main", "parse_diagnose_args"]
 
@@ -141,6 +145,68 @@ def diagnose_main(argv: Sequence[str]) -> int:
     return run_command(PROG, lambda: _run(parse_diagnose_args(argv)))
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _action_table(args: DiagnoseOptions, cmp: ActionComparison) -> Table:
+    """A's action against B's from the states B reaches, overall and after a mistake."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"A={args.a} vs B={args.b}: same states ({cmp.n}; "
+        f"{cmp.n_after_mistake} right after a mistake), exact Q"
+    )
+    for col in ("", "A better", "tie", "B better"):
+        table.add_column(col)
+    table.add_row("all states", _pct(cmp.a_better), _pct(cmp.tie), _pct(cmp.b_better))
+    table.add_row(
+        "after a mistake",
+        _pct(cmp.a_better_after_mistake),
+        _pct(cmp.tie_after_mistake),
+        _pct(cmp.b_better_after_mistake),
+    )
+    return table
+
+
+def _curve_table(
+    curves: Mapping[str, Sequence[CurvePoint]], budgets: Sequence[int], ceiling: int
+) -> Table:
+    """Success rate per budget for both policies; ``*`` marks budgets past the ceiling."""
+    from rich.table import Table
+
+    table = Table(title=f"Success vs budget (ceiling {ceiling}; extrapolation beyond it)")
+    table.add_column("T")
+    table.add_column("A")
+    table.add_column("B")
+    for i, t in enumerate(budgets):
+        table.add_row(
+            f"{t}{'*' if t > ceiling else ''}",
+            *(
+                f"{100 * c[i].rate:.1f}% [{100 * c[i].low:.0f}, {100 * c[i].high:.0f}]"
+                for c in curves.values()
+            ),
+        )
+    return table
+
+
+def _recovery_table(recovery: Mapping[str, RecoveryResult], inject_at: int, budget: int) -> Table:
+    """How often each policy still succeeds after a forced invalid reply."""
+    from rich.table import Table
+
+    table = Table(title=f"Recovery: invalid reply forced at turn {inject_at}, T={budget}")
+    for col in ("policy", "recovered", "rate [95% CI]", "without injection"):
+        table.add_column(col)
+    for name, r in recovery.items():
+        table.add_row(
+            name,
+            f"{r.recovered}/{r.injected}",
+            f"{100 * r.rate:.0f}% [{100 * r.low:.0f}, {100 * r.high:.0f}]",
+            f"{100 * r.baseline_rate:.0f}%",
+        )
+    return table
+
+
 def _run(args: DiagnoseOptions) -> int:
     from budgetmix.training.diagnostics import (
         compare_actions,
@@ -153,10 +219,8 @@ def _run(args: DiagnoseOptions) -> int:
     from budgetmix.training.envs import env_tasks
     from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel, find_ceiling
     from rich.console import Console
-    from rich.table import Table
 
-    desc = args.desc
-    model = FrozenLakeModel(desc, True, args.success_rate)
+    model = FrozenLakeModel(args.desc, True, args.success_rate)
     ceiling = find_ceiling(model)
     budgets = args.budgets or sorted(
         {max(1, round(f * ceiling)) for f in (0.25, 0.5, 0.75, 1.0, 1.5)}
@@ -165,66 +229,25 @@ def _run(args: DiagnoseOptions) -> int:
     tasks = env_tasks(
         "frozenlake-compact",
         range(1_000_000, 1_000_000 + args.episodes),
-        {"desc": desc, "success_rate": args.success_rate},
+        {"desc": args.desc, "success_rate": args.success_rate},
     )
-    pa, pb = _policy("--a", args.a, model), _policy("--b", args.b, model)
+    policies = {"A": _policy("--a", args.a, model), "B": _policy("--b", args.b, model)}
     console = Console()
 
-    points = [p for t in budgets for tr in run_episodes(tasks, pb, t, q=q) for p in tr.points]
-    cmp = compare_actions(points, pa, pb, q)
-    table = Table(
-        title=f"A={args.a} vs B={args.b}: same states ({cmp.n}; "
-        f"{cmp.n_after_mistake} right after a mistake), exact Q"
-    )
-    for col in ("", "A better", "tie", "B better"):
-        table.add_column(col)
-
-    def pct(x: float | None) -> str:
-        return "-" if x is None else f"{100 * x:.1f}%"
-
-    table.add_row("all states", pct(cmp.a_better), pct(cmp.tie), pct(cmp.b_better))
-    table.add_row(
-        "after a mistake",
-        pct(cmp.a_better_after_mistake),
-        pct(cmp.tie_after_mistake),
-        pct(cmp.b_better_after_mistake),
-    )
-    console.print(table)
-
-    curves = {name: success_curve(tasks, pol, budgets) for name, pol in (("A", pa), ("B", pb))}
-    ctable = Table(title=f"Success vs budget (ceiling {ceiling}; extrapolation beyond it)")
-    ctable.add_column("T")
-    ctable.add_column("A")
-    ctable.add_column("B")
-    for i, t in enumerate(budgets):
-        ctable.add_row(
-            f"{t}{'*' if t > ceiling else ''}",
-            *(
-                f"{100 * c[i].rate:.1f}% [{100 * c[i].low:.0f}, {100 * c[i].high:.0f}]"
-                for c in curves.values()
-            ),
-        )
-    console.print(ctable)
-
+    points = [
+        p for t in budgets for tr in run_episodes(tasks, policies["B"], t, q=q) for p in tr.points
+    ]
+    cmp = compare_actions(points, policies["A"], policies["B"], q)
+    console.print(_action_table(args, cmp))
+    curves = {name: success_curve(tasks, pol, budgets) for name, pol in policies.items()}
+    console.print(_curve_table(curves, budgets, ceiling))
     budget = min(ceiling, max(budgets))
+    inject_at = min(args.inject_at, budget)
     recovery = {
-        name: recovery_injection(
-            tasks, pol, budget, min(args.inject_at, budget), invalid_reply(), q=q
-        )
-        for name, pol in (("A", pa), ("B", pb))
+        name: recovery_injection(tasks, pol, budget, inject_at, invalid_reply(), q=q)
+        for name, pol in policies.items()
     }
-    rtable = Table(title=f"Recovery: invalid reply forced at turn {args.inject_at}, T={budget}")
-    for col in ("policy", "recovered", "rate [95% CI]", "without injection"):
-        rtable.add_column(col)
-    for name, r in recovery.items():
-        rtable.add_row(
-            name,
-            f"{r.recovered}/{r.injected}",
-            f"{100 * r.rate:.0f}% [{100 * r.low:.0f}, {100 * r.high:.0f}]",
-            f"{100 * r.baseline_rate:.0f}%",
-        )
-    console.print(rtable)
-
+    console.print(_recovery_table(recovery, args.inject_at, budget))
     if args.out is not None:
         numbers = {
             "a": args.a,
