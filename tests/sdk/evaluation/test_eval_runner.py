@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from _eval_doubles import AsyncWalker, LineEnv, RandomWalker, Script, line_tasks
-from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec, Usage
+from budgetmix.adapters.base import ModelRequest, ModelResponse, Usage
 from budgetmix.adapters.env_agent import ChatModelEnvAgent
+from budgetmix.adapters.testing import ScriptedModel
 from budgetmix.environment import Task
 from budgetmix.evaluation import (
     EpisodeRecord,
@@ -131,50 +131,29 @@ def test_fault_injection_recovery_fields(tmp_path: Path) -> None:
     assert by_t[6].mistake_kinds == ("env_action_failed",)
 
 
-class FakeModel:
-    """A ChatModel that answers '+' and records what it was sent."""
+REPLY = ModelResponse(text="Action: +\n+", usage=Usage(input_tokens=10, output_tokens=2))
 
-    model_name = "fake"
-    provider_name = "fake"
+
+class CountingModel(ScriptedModel):
+    """Answers '+' to every request; counts the requests sent through the async path."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[list[ChatMessage], str | None]] = []
+        super().__init__(lambda messages, tools, notice: REPLY)
+        self.async_calls = 0
 
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
-    ) -> ModelResponse:
-        self.calls.append((list(messages), notice))
-        return ModelResponse(text="Action: +\n+", usage=Usage(input_tokens=10, output_tokens=2))
+    async def asend(self, request: ModelRequest) -> ModelResponse:
+        self.async_calls += 1
+        return await super().asend(request)
 
 
-class AsyncFakeModel(FakeModel):
-    """Has both complete() and acomplete(); the agent prefers acomplete."""
-
-    async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
-    ) -> ModelResponse:
-        self.async_calls = getattr(self, "async_calls", 0) + 1
-        return self.complete(messages, tools, notice=notice)
-
-
-@pytest.mark.parametrize("model_cls", [FakeModel, AsyncFakeModel])
-def test_chat_model_agent(tmp_path: Path, model_cls: type[FakeModel]) -> None:
-    models: list[FakeModel] = []
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_chat_model_agent(tmp_path: Path, use_async: bool) -> None:
+    models: list[CountingModel] = []
 
     def factory() -> ChatModelEnvAgent:
-        m = model_cls()
+        m = CountingModel()
         models.append(m)
-        return ChatModelEnvAgent(m, usd_per_mtok_in=1e6, use_async=model_cls is AsyncFakeModel)
+        return ChatModelEnvAgent(m, usd_per_mtok_in=1e6, use_async=use_async)
 
     class PlusEnv(LineEnv):
         def step(self, action: str) -> Any:
@@ -186,12 +165,12 @@ def test_chat_model_agent(tmp_path: Path, model_cls: type[FakeModel]) -> None:
     assert rec.success and rec.turns_used == 2
     assert (rec.input_tokens, rec.output_tokens, rec.cost_usd) == (20, 4, 20.0)
     model = next(m for m in models if m.calls)
-    first, second = model.calls
-    assert [m.role for m in first[0]] == ["system", "user"]
-    assert first[0][0].content == "Reach 2 with '+'."
-    assert [m.role for m in second[0]] == ["system", "user", "assistant", "user"]
-    assert first[1] == "Budget (v1): turn 1 of 4, 4 turns left including this one."
-    assert getattr(model, "async_calls", 2) == 2  # the async model was called async
+    first, second = model.requests
+    assert [m.role for m in first.messages] == ["system", "user"]
+    assert first.messages[0].content == "Reach 2 with '+'."
+    assert [m.role for m in second.messages] == ["system", "user", "assistant", "user"]
+    assert first.notice == "Budget (v1): turn 1 of 4, 4 turns left including this one."
+    assert model.async_calls == (2 if use_async else 0)  # the async agent was called async
 
 
 def test_config_validation() -> None:
