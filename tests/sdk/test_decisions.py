@@ -4,24 +4,16 @@ a ledger, a tracer or a hook, only by the answers it returns."""
 from __future__ import annotations
 
 import pytest
-from budgetmix import BudgetExhausted, EarlyStopped, EpisodeStatus
+from budgetmix import Budget, BudgetExhausted, EarlyStopped, EpisodeStatus
 from budgetmix.decisions import Closing, EpisodeMachine, TurnAction
-from budgetmix.ledger import LedgerState
-
-LIMITS = {
-    "turns": 10,
-    "tool_calls": None,
-    "input_tokens": None,
-    "output_tokens": None,
-    "total_tokens": None,
-    "cost_usd": None,
-    "wall_seconds": None,
-}
+from budgetmix.ledger import Ledger, LedgerState
 
 
 def _state(turns_used: int) -> LedgerState:
-    used = dict.fromkeys(LIMITS, 0.0) | {"turns": turns_used}
-    return LedgerState(LIMITS, used, in_turn=True)
+    ledger = Ledger(Budget(turns=10))
+    if turns_used:
+        ledger.try_charge_turn(turns_used)
+    return ledger.state(in_turn=True)
 
 
 def test_a_running_episode_charges_and_a_finished_one_refuses() -> None:
