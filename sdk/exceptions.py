@@ -13,7 +13,9 @@
           └── ResponseFormatError             a provider answered with an unusable body
 
 Budget errors carry the ledger counts and the partial transcript so callers
-never lose what the episode did before it stopped.
+never lose what the episode did before it stopped. A provider's own exception
+becomes one of these at one boundary, :func:`budgetmix.provider_errors.map_provider_error`,
+and is kept as the ``__cause__``.
 """
 
 from __future__ import annotations
