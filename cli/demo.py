@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgetmix.cli._errors import (
     CliParser,
@@ -29,9 +29,12 @@ from budgetmix.cli._errors import (
     output_dir,
     run_command,
 )
-from budgetmix.events import EpisodeStatus
+from budgetmix.events import EpisodeResult, EpisodeStatus
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from budgetmix.cli.demo_agent import SupportRun
 
 __all__ = ["DemoOptions", "demo_main", "parse_demo_args"]
 
@@ -134,7 +137,22 @@ def _stage_controller(console: Console, out: Path, args: DemoOptions) -> dict[st
     budgets = [2, 4, 6] if args.quick else [2, 3, 4, 6, 8]
     seeds = list(range(4 if args.quick else (24 if args.full else 10)))
     runs = run_support_episodes(budgets, seeds, kwargs)
+    console.print(_episode_table(runs))
+    per_budget = {str(t): _budget_row([r.result for r in runs if r.turns == t]) for t in budgets}
+    console.print(_budget_table(per_budget))
+    stops = Counter(
+        r.result.stop_reason for r in runs if r.result.status is EpisodeStatus.EARLY_STOPPED
+    )
+    for reason, n in sorted(stops.items(), key=lambda item: str(item[0])):
+        console.print(f"stopped early ({n} episodes): {reason}")
+    (out / "controller.json").write_text(
+        json.dumps({"policy": config, "per_budget": per_budget}, indent=2)
+    )
+    return per_budget
 
+
+def _episode_table(runs: Sequence[SupportRun]) -> Table:
+    """Every episode (every n-th past 20), with how it ended."""
     table = Table(title="Support agent under turn budgets (scripted model with mistakes)")
     for col in ("T", "seed", "status", "stop", "turns", "tools", "mistakes", "recov.", "grace"):
         table.add_column(col, no_wrap=True)
@@ -146,43 +164,46 @@ def _stage_controller(console: Console, out: Path, args: DemoOptions) -> dict[st
             str(res.status),
             res.stop_reason or "-",
             str(res.turns_used),
-            str(int(res.used["tool_calls"])),
+            str(res.used["tool_calls"]),
             str(len(res.mistakes)),
             str(len(res.recoveries)),
             "yes" if res.grace_turn else "-",
         )
-    console.print(table)
+    return table
 
-    summary = Table(title="Summary per budget T")
-    for col in ("T", "episodes", "success", "exhausted", "mean turns", "mistakes", "recoveries"):
-        summary.add_column(col)
-    per_budget: dict[str, Any] = {}
-    for t in budgets:
-        rs = [r.result for r in runs if r.turns == t]
-        statuses = Counter(r.status for r in rs)
-        row = {
-            "episodes": len(rs),
-            "success_rate": statuses[EpisodeStatus.SUCCESS] / len(rs),
-            "exhausted_rate": statuses[EpisodeStatus.BUDGET_EXHAUSTED] / len(rs),
-            "mean_turns": sum(r.turns_used for r in rs) / len(rs),
-            "mistakes": sum(len(r.mistakes) for r in rs),
-            "recoveries": sum(len(r.recoveries) for r in rs),
-        }
-        per_budget[str(t)] = row
-        summary.add_row(
-            str(t),
+
+def _budget_row(results: Sequence[EpisodeResult]) -> dict[str, Any]:
+    """Outcome rates and counts of the episodes of one budget."""
+    n = len(results)
+    statuses = Counter(r.status for r in results)
+    return {
+        "episodes": n,
+        "success_rate": statuses[EpisodeStatus.SUCCESS] / n,
+        "exhausted_rate": statuses[EpisodeStatus.BUDGET_EXHAUSTED] / n,
+        "early_stopped_rate": statuses[EpisodeStatus.EARLY_STOPPED] / n,
+        "mean_turns": sum(r.turns_used for r in results) / n,
+        "mistakes": sum(len(r.mistakes) for r in results),
+        "recoveries": sum(len(r.recoveries) for r in results),
+    }
+
+
+def _budget_table(per_budget: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title="Summary per budget T")
+    columns = ("T", "episodes", "success", "exhausted", "stopped early", "mean turns")
+    for col in (*columns, "mistakes", "recoveries"):
+        table.add_column(col)
+    for t, row in per_budget.items():
+        table.add_row(
+            t,
             str(row["episodes"]),
             f"{row['success_rate']:.0%}",
             f"{row['exhausted_rate']:.0%}",
+            f"{row['early_stopped_rate']:.0%}",
             f"{row['mean_turns']:.2f}",
             str(row["mistakes"]),
             str(row["recoveries"]),
         )
-    console.print(summary)
-    (out / "controller.json").write_text(
-        json.dumps({"policy": config, "per_budget": per_budget}, indent=2)
-    )
-    return per_budget
+    return table
 
 
 def demo_main(argv: Sequence[str]) -> int:
@@ -196,28 +217,33 @@ def _run(args: DemoOptions) -> int:
         out.mkdir(parents=True, exist_ok=True)
     console = Console(width=max(100, Console().width))
 
+    from budgetmix.cli.demo_stages import stage_grid, stage_train
+    from budgetmix.cli.demo_summary import DemoResults, summary_lines
     from budgetmix.telemetry import configure_tracing
 
+    results: dict[str, Any] = {}
     handle = configure_tracing("jsonl", path=out / "traces.jsonl")
     try:
         if "controller" in stages:
             console.rule("[bold]1. The controller wrapping a production-style agent loop")
-            _stage_controller(console, out, args)
+            results["controller"] = _stage_controller(console, out, args)
         if "grid" in stages:
-            from budgetmix.cli.demo_stages import stage_grid
-
             console.rule("[bold]2. Pass@(K,T) grid on embedded environments")
-            stage_grid(console, out, quick=args.quick, full=args.full)
+            results["grid"] = stage_grid(console, out, quick=args.quick, full=args.full)
         if "train" in stages:
-            from budgetmix.cli.demo_stages import stage_train
-
             console.rule("[bold]3. BudgetMix RL vs fixed-budget RL on a tiny local model")
-            stage_train(console, out, quick=args.quick, full=args.full)
+            results["train"] = stage_train(console, out, quick=args.quick, full=args.full)
     finally:
         handle.flush()
         stats = handle.stats()
         handle.shutdown()
-    console.print(
-        f"Traces: {out / 'traces.jsonl'} ({stats.exported} spans exported, {stats.lost} lost)"
+    console.rule("[bold]Summary")
+    done = DemoResults(
+        **results,
+        traces=out / "traces.jsonl",
+        spans_exported=stats.exported,
+        spans_lost=stats.lost,
     )
+    for line in summary_lines(out, done):
+        console.print(line, highlight=False, soft_wrap=True)
     return 0

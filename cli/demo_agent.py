@@ -4,21 +4,34 @@ A customer-support agent looks up an order, checks stock, and quotes a
 delivery date. The model is :class:`~budgetmix.adapters.testing.scripted.MistakeThenRecover`
 (a test double shipped in the package) that slips up at a seeded rate (invalid
 JSON, unknown tools, bad arguments) and then recovers, so budgets, notices,
-mistakes and recoveries all show without an API key.
+mistakes and recoveries all show without an API key. :class:`RepeatsMistakes`
+makes it sometimes send a failed call again unchanged, as agents stuck on one
+failing call do, so early-stop policies have something to stop.
 """
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
+from budgetmix._validate import check_between
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
 from budgetmix.events import EpisodeResult
 
-__all__ = ["SupportRun", "run_support_episodes"]
+if TYPE_CHECKING:
+    from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec
+    from budgetmix.adapters.testing.scripted import MistakeThenRecover
+
+__all__ = ["RepeatsMistakes", "SupportRun", "run_support_episodes"]
 
 _ORDERS = {"A-1001": "SKU-7", "A-1002": "SKU-3", "A-1003": "SKU-9"}
 _STOCK = {"SKU-7": 4, "SKU-3": 0, "SKU-9": 12}
+
+#: How often the support model sends a failed call again unchanged (a stuck agent).
+REPEAT_RATE = 0.2
 
 
 def lookup_order(order_id: str) -> str:
@@ -39,6 +52,56 @@ def delivery_days(sku: str, express: bool = False) -> int:
     return max(1, base - 1) if express else base
 
 
+class RepeatsMistakes:
+    """A scripted support model that can get stuck: ``inner``, except that on the turn
+    after a failed tool call it sends that call again unchanged with probability
+    ``repeat_rate`` (drawn from ``seed`` and the turn's position: reproducible). A
+    streak of one mistake kind is what ``StopOnRepeatedMistakes`` ends early.
+
+    Raises:
+        ConfigError: ``repeat_rate`` outside [0, 1].
+    """
+
+    def __init__(self, inner: MistakeThenRecover, *, repeat_rate: float, seed: int) -> None:
+        self.inner = inner
+        self.repeat_rate = check_between("repeat_rate", repeat_rate, 0.0, 1.0)
+        self.seed = seed
+
+    def __call__(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        notice: str | None,
+        *,
+        tool_choice: Literal["auto", "none"] = "auto",
+    ) -> ModelResponse:
+        """The next response: the failed call again, or whatever ``inner`` answers."""
+        from budgetmix.adapters.testing.scripted import tool_call, tool_calls
+
+        failed = _failed_calls(messages)
+        position = sum(1 for m in messages if m.role == "assistant")
+        rng = random.Random(f"{self.seed}:repeat:{position}")
+        if failed and tool_choice != "none" and rng.random() < self.repeat_rate:
+            return tool_calls(
+                *(
+                    tool_call(c.name, c.arguments, id=f"call_{position + 1}_{i}")
+                    for i, c in enumerate(failed)
+                )
+            )
+        return self.inner(messages, tools, notice, tool_choice=tool_choice)
+
+
+def _failed_calls(messages: Sequence[ChatMessage]) -> tuple[ToolCallRequest, ...]:
+    """The calls of the latest assistant message when all of its results failed."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            results = messages[i + 1 :]
+            if messages[i].tool_calls and results and all(m.is_error for m in results):
+                return messages[i].tool_calls
+            return ()
+    return ()
+
+
 @dataclass(frozen=True, slots=True)
 class SupportRun:
     """One demo episode: its seed, budget and result."""
@@ -55,9 +118,14 @@ def run_support_episodes(
     controller_kwargs: dict[str, object],
     *,
     mistake_rate: float = 0.35,
+    repeat_rate: float = REPEAT_RATE,
 ) -> list[SupportRun]:
     """Run the support agent for every (budget, seed) under a controller built
-    with ``controller_kwargs`` (from :func:`budgetmix.policies.build_controller_kwargs`)."""
+    with ``controller_kwargs`` (from :func:`budgetmix.policies.build_controller_kwargs`).
+
+    The model slips up with probability ``mistake_rate`` per turn and, after a failed
+    call, sends it again with probability ``repeat_rate`` (:class:`RepeatsMistakes`).
+    """
     from budgetmix.adapters.loop import run_agent
     from budgetmix.adapters.testing.scripted import MistakeThenRecover, ScriptedModel
 
@@ -78,8 +146,9 @@ def run_support_episodes(
                 ("delivery_days", {"sku": sku, "express": True}),
             ]
             answer = f"Order {order} ({sku}) arrives in {delivery_days(sku, True)} day(s)."
+            inner = MistakeThenRecover(plan, answer, mistake_rate=mistake_rate, seed=seed)
             model = ScriptedModel(
-                MistakeThenRecover(plan, answer, mistake_rate=mistake_rate, seed=seed),
+                RepeatsMistakes(inner, repeat_rate=repeat_rate, seed=seed),
                 model_name="scripted-support",
             )
             run = run_agent(

@@ -6,7 +6,10 @@ line and the controller stage.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,22 @@ def _pass1(summary: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
         p = cell["pass_at_k"][0]
         out[int(cell["budget"])] = (p["value"], p["lo"], p["hi"])
     return out
+
+
+def _quiet_eval(
+    console: Console, eval_main: Callable[[list[str]], int], argv: list[str], run_dir: Path
+) -> dict[str, Any]:
+    """Run ``budgetmix eval argv`` with its report in ``run_dir/eval.log``, not the terminal;
+    prints its one-line account of the episodes run and returns its summary."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "eval.log"
+    with log.open("w") as stream, contextlib.redirect_stdout(stream):
+        code = eval_main([*argv, "--no-progress"])
+    if code != 0:
+        raise SystemExit(code)
+    console.print(f"  {log.read_text().splitlines()[0]}", highlight=False)
+    summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
+    return summary
 
 
 def stage_grid(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
@@ -60,11 +79,8 @@ def stage_grid(console: Console, out: Path, *, quick: bool, full: bool) -> dict[
             str(run_dir),
             *agent_args,
         ]
-        console.print(f"[bold]{label}[/]: budgetmix eval {' '.join(argv)}")
-        code = eval_main(argv)
-        if code != 0:
-            raise SystemExit(code)
-        summaries[label] = json.loads((run_dir / "summary.json").read_text())
+        console.print(f"[bold]{label}[/]: {shlex.join(['budgetmix', 'eval', *argv])}")
+        summaries[label] = _quiet_eval(console, eval_main, argv, run_dir)
 
     table = Table(title=f"pass@1 by budget T (95% CI), {tasks} random 5x5 maps, K={k}")
     table.add_column("T")
@@ -87,7 +103,6 @@ def stage_grid(console: Console, out: Path, *, quick: bool, full: bool) -> dict[
         out / "grid" / "aware-vs-blind",
         labels=("aware", "blind"),
     )
-    console.print(f"Comparison written to {out / 'grid' / 'aware-vs-blind'}")
     return {
         "pass1": {lbl: {str(t): v for t, v in rows.items()} for lbl, rows in p1.items()},
         "comparison": comparison.get("rows", []),

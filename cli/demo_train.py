@@ -166,7 +166,6 @@ def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> 
     report = run_experiment(experiment_preset(preset), out / "experiment", progress=True)
     _print_comparison(console, report)
     _print_diagnostics(console, report)
-    console.print(f"Report: {report.files.get('report')} (plots beside it)")
 
     console.rule("[bold]4. The trained model deployed under the controller")
     desc = tuple(report.config["desc"])

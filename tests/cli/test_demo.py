@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from budgetmix.cli.demo_summary import DemoResults, summary_lines
 
 
 def test_demo_quick_controller_and_grid(tmp_path: Path) -> None:
@@ -32,6 +35,8 @@ def test_demo_quick_controller_and_grid(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "## " not in proc.stdout  # the grid's reports stay in their files
+    assert (out / "grid" / "aware-oracle" / "eval.log").read_text().startswith("40 episodes")
     controller = json.loads((out / "controller.json").read_text())
     assert controller["policy"] == {"notice": "final_turn", "exhaustion": "grace"}
     rates = {t: row["success_rate"] for t, row in controller["per_budget"].items()}
@@ -60,6 +65,13 @@ def test_demo_quick_runs_every_stage(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "BudgetMix minus fixed" in proc.stdout
     assert "deployed under the controller" in proc.stdout
+    # one closing summary: headline figures, then where everything went
+    summary = proc.stdout.rsplit(" Summary ", 1)[-1]
+    assert "minus fixed, pass@1 points" in summary and "deployed checkpoint: success" in summary
+    assert str(out / "experiment" / "report.md") in summary
+    assert str(out / "traces.jsonl") in summary and "plots    " in summary
+    assert "Report:" not in proc.stdout  # no path printed before stage 4
+    assert "## " not in proc.stdout  # no raw markdown report in the terminal
     summary = json.loads((out / "experiment" / "summary.json").read_text())
     arms = {row["arm"] for row in summary["grid"]}
     assert {"base", "fixed"} <= arms and any(a.startswith("budgetmix") for a in arms)
@@ -67,3 +79,84 @@ def test_demo_quick_runs_every_stage(tmp_path: Path) -> None:
     spans = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     deployed = [s for s in spans if s["name"] == "invoke_agent frozenlake-agent"]
     assert deployed and all("budgetmix.status" in s["attributes"] for s in deployed)
+
+
+def _controller_stage(out: Path, *extra: str) -> tuple[str, dict[str, Any]]:
+    demo = [sys.executable, "-m", "budgetmix.cli", "demo", "--stages", "controller"]
+    proc = subprocess.run(
+        [*demo, "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, json.loads((out / "controller.json").read_text())["per_budget"]
+
+
+def test_readme_early_stop_example_stops_stuck_agents(tmp_path: Path) -> None:
+    """The README's ``--policy '{"early_stop": ...}'`` example shows its effect: episodes
+    stuck on one failing call stop early, which the default run never does."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    policy = '{"early_stop": {"kind": "repeated_mistakes", "n": 2}}'
+    assert f"--policy '{policy}'" in readme
+    default_out, default = _controller_stage(tmp_path / "default")
+    stopped_out, stopped = _controller_stage(tmp_path / "stopped", "--policy", policy)
+    assert all(row["early_stopped_rate"] == 0 for row in default.values())
+    assert "stopped early (" not in default_out
+    assert any(row["early_stopped_rate"] > 0 for row in stopped.values())
+    assert "repeated_mistakes: 2 consecutive" in stopped_out
+    # a stopped episode ends sooner: fewer turns spent where the budget is roomy
+    assert stopped["8"]["mean_turns"] < default["8"]["mean_turns"]
+
+
+def test_summary_gives_headlines_and_where_things_are(tmp_path: Path) -> None:
+    (tmp_path / "grid" / "aware-oracle").mkdir(parents=True)
+    (tmp_path / "grid" / "aware-oracle" / "pass_kt_heatmap.png").write_bytes(b"png")
+    row = {"episodes": 4, "mistakes": 3, "recoveries": 2, "early_stopped_rate": 0.25}
+    controller = {
+        "2": {**row, "success_rate": 0.0},
+        "6": {**row, "success_rate": 1.0},
+    }
+    grid = {
+        "pass1": {
+            "aware-oracle": {"4": (0.5, 0.1, 0.9), "8": (0.75, 0.4, 1.0)},
+            "blind-oracle": {"4": (0.25, 0.0, 0.6), "8": (0.5, 0.1, 0.9)},
+        }
+    }
+    report = {
+        "comparison": [
+            {"arm": "budgetmix", "fraction": "25%", "diff": 0.07},
+            {"arm": "budgetmix", "fraction": "100%", "diff": -0.02},
+        ],
+        "files": {"report": str(tmp_path / "experiment" / "report.md")},
+    }
+    train = {"report": report, "deployed": {"4": {"success_rate": 0.5}}}
+    results = DemoResults(
+        controller=controller,
+        grid=grid,
+        train=train,
+        traces=tmp_path / "traces.jsonl",
+        spans_exported=1234,
+        spans_lost=0,
+    )
+    lines = summary_lines(tmp_path, results)
+    text = "\n".join(lines)
+    assert len(lines) <= 12  # one short block
+    assert "success 0% / 100% at T = 2 / 6 (6 mistakes, 4 recoveries, 2 stopped early)" in text
+    assert "aware-oracle 0.50 / 0.75; blind-oracle 0.25 / 0.50" in text
+    assert "+7.0 / -2.0 at 25% / 100% of the ceiling" in text
+    assert "deployed checkpoint: success 50% at T = 4" in text
+    assert f"traces   {tmp_path / 'traces.jsonl'} (1,234 spans, 0 lost)" in text
+    assert str(tmp_path / "experiment" / "report.md") in text
+    assert f"plots    {tmp_path / 'grid/*'} (1)" in text
+
+
+def test_summary_of_one_stage_names_only_its_files(tmp_path: Path) -> None:
+    row = {"episodes": 2, "mistakes": 0, "recoveries": 0, "success_rate": 1.0}
+    results = DemoResults(
+        controller={"4": row}, traces=tmp_path / "t.jsonl", spans_exported=3, spans_lost=0
+    )
+    text = "\n".join(summary_lines(tmp_path, results))
+    assert "(0 mistakes, 0 recoveries)" in text
+    assert "controller.json" in text and "grid" not in text and "report" not in text
+    assert "plots    none" in text
