@@ -50,6 +50,8 @@ def test_demo_quick_controller_and_grid(tmp_path: Path) -> None:
     assert {"invoke_agent", "chat", "execute_tool"} <= names
     grace = [s for s in spans if s["attributes"].get("budgetmix.grace_turn")]
     assert grace, "grace mode produces grace turns at T=2"
+    # what the README says to look for: `yes` in the episode table's last column, grace
+    assert any(line.rstrip("│ ").endswith(" yes") for line in proc.stdout.splitlines())
 
 
 def test_demo_quick_runs_every_stage(tmp_path: Path) -> None:
