@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
+from budgetmix._validate import (
+    check_between,
+    check_choice,
+    check_int,
+    check_ints,
+    check_number,
+)
 from budgetmix.exceptions import BudgetmixError, ConfigError
 
 __all__ = [
@@ -40,6 +46,8 @@ __all__ = [
     "readable_file",
     "run_command",
 ]
+
+T = TypeVar("T")
 
 # argparse says "argument --turns: invalid int value"; the flag alone is enough
 _ARGUMENT_PREFIX = re.compile(r"^argument ([^:]+): ")
@@ -107,39 +115,39 @@ def blame(flag: str, *errors: type[Exception]) -> Iterator[None]:
         raise UsageError(flag, message) from exc
 
 
+def _as_usage(flag: str, check: Callable[[], T]) -> T:
+    """``check()``, a check of :mod:`budgetmix._validate` on ``flag``'s value; its
+    :class:`ConfigError` becomes a :class:`UsageError` for ``flag``."""
+    try:
+        return check()
+    except ConfigError as exc:
+        raise UsageError(flag, str(exc).removeprefix(flag).lstrip()) from None
+
+
 def integer(flag: str, value: Any, *, low: int) -> int:
     """``value`` if it is an integer ``>= low`` (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise UsageError(flag, f"must be an integer >= {low}, got {value!r}")
-    return value
+    return _as_usage(flag, lambda: check_int(flag, value, minimum=low))
 
 
 def integers(flag: str, value: Any, *, low: int) -> list[int]:
     """``value`` if it is a non-empty list of integers ``>= low``."""
-    items = list(value) if isinstance(value, list | tuple) else None
-    if not items or any(isinstance(x, bool) or not isinstance(x, int) or x < low for x in items):
-        raise UsageError(flag, f"must be a non-empty list of integers >= {low}, got {value!r}")
-    return items
+    return list(_as_usage(flag, lambda: check_ints(flag, value, minimum=low)))
 
 
 def number(flag: str, value: Any, *, low: float, high: float | None = None) -> float:
     """``value`` as a float if it is a finite number in ``[low, high]``."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < low or (high is not None and value > high):
-        span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
-        raise UsageError(flag, f"must be a finite number {span}, got {value!r}")
-    return float(value)
+    if high is None:
+        return _as_usage(flag, lambda: check_number(flag, value, minimum=low))
+    return _as_usage(flag, lambda: check_between(flag, value, low, high))
 
 
 def choice(flag: str, value: Any, choices: Sequence[str]) -> str:
     """``value`` if it is one of ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        raise UsageError(flag, f"must be one of {', '.join(choices)}, got {value!r}")
-    return value
+    return _as_usage(flag, lambda: check_choice(flag, value, choices))
 
 
 def mapping(flag: str, value: Any) -> dict[str, Any]:
-    """``value`` as a dict if it is a mapping with string keys."""
+    """``value`` as a dict if it is a mapping with string keys (a JSON object)."""
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise UsageError(flag, f"expected a JSON object, got {type(value).__name__}")
     return dict(value)

@@ -8,13 +8,13 @@ the field. Fixed-budget training and BudgetMix differ only in ``sampler``.
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from budgetmix._validate import check_between, check_choice, check_int, check_ints, check_number
 from budgetmix.exceptions import ConfigError
 from budgetmix.notice import NOTICE_FORMATS
 from budgetmix.policies.samplers import BudgetSampler, sampler_from_config
@@ -115,31 +115,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name, low in _INT_MIN.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"TrainConfig.{name} must be an integer >= {low}, got {value!r}")
+            check_int(f"TrainConfig.{name}", getattr(self, name), minimum=low)
         for name in _POSITIVE_FLOAT:
-            _check_float(name, getattr(self, name), positive=True)
+            check_number(f"TrainConfig.{name}", getattr(self, name), positive=True)
         for name in ("weight_decay", "kl_coef"):
-            _check_float(name, getattr(self, name), positive=False)
+            check_number(f"TrainConfig.{name}", getattr(self, name))
         if self.clip_eps_high is not None:
-            _check_float("clip_eps_high", self.clip_eps_high, positive=True)
-        _check_float("sft_error_rate", self.sft_error_rate, positive=False)
-        if self.sft_error_rate > 1.0:
-            raise ConfigError(
-                f"TrainConfig.sft_error_rate must lie in [0, 1], got {self.sft_error_rate}"
-            )
+            check_number("TrainConfig.clip_eps_high", self.clip_eps_high, positive=True)
+        check_between("TrainConfig.sft_error_rate", self.sft_error_rate, 0, 1)
         for name, allowed in _CHOICES.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ConfigError(
-                    f"TrainConfig.{name} must be one of {', '.join(allowed)}, got {value!r}"
-                )
-        if self.notice_format not in NOTICE_FORMATS:
-            raise ConfigError(
-                f"TrainConfig.notice_format must be one of {', '.join(NOTICE_FORMATS)}, "
-                f"got {self.notice_format!r}"
-            )
+            check_choice(f"TrainConfig.{name}", getattr(self, name), allowed)
+        check_choice("TrainConfig.notice_format", self.notice_format, NOTICE_FORMATS)
         from budgetmix.training.envs import env_spec
 
         if env_spec(self.env).demonstrator is None and self.sft_steps:
@@ -154,13 +140,7 @@ class TrainConfig:
         except ConfigError as exc:
             raise ConfigError(f"TrainConfig.sampler: {exc}") from None
         if self.eval_budgets is not None:
-            budgets = tuple(self.eval_budgets)
-            if not budgets or any(
-                isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in budgets
-            ):
-                raise ConfigError(
-                    f"TrainConfig.eval_budgets must be integers >= 1, got {self.eval_budgets!r}"
-                )
+            budgets = check_ints("TrainConfig.eval_budgets", tuple(self.eval_budgets), minimum=1)
             object.__setattr__(self, "eval_budgets", budgets)
         if self.max_new_tokens >= self.max_total_tokens:
             raise ConfigError("TrainConfig.max_new_tokens must be below max_total_tokens")
@@ -199,13 +179,6 @@ class TrainConfig:
     def with_overrides(self, **overrides: Any) -> TrainConfig:
         """A validated copy with some fields changed."""
         return TrainConfig.from_dict({**self.to_dict(), **overrides})
-
-
-def _check_float(name: str, value: Any, *, positive: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ConfigError(f"TrainConfig.{name} must be a finite number {bound}, got {value!r}")
 
 
 #: Named starting points. ``echo-tiny`` learns in seconds on a CPU; ``frozenlake-tiny`` is

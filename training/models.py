@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budgetmix._deps import require
+from budgetmix._validate import check_choice, check_int
 from budgetmix.adapters.local import load_model
 from budgetmix.exceptions import ConfigError
 
@@ -42,8 +43,7 @@ class TinyModelSpec:
     max_positions: int = 2048
 
     def __post_init__(self) -> None:
-        if self.arch not in _ARCHS:
-            raise ConfigError(f"TinyModelSpec.arch must be one of {_ARCHS}, got {self.arch!r}")
+        check_choice("TinyModelSpec.arch", self.arch, _ARCHS)
         for name in (
             "hidden_size",
             "num_layers",
@@ -52,9 +52,7 @@ class TinyModelSpec:
             "intermediate_size",
             "max_positions",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"TinyModelSpec.{name} must be an integer >= 1, got {value!r}")
+            check_int(f"TinyModelSpec.{name}", getattr(self, name), minimum=1)
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 "TinyModelSpec.num_heads must divide hidden_size and be a multiple of num_kv_heads"

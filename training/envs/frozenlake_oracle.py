@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from budgetmix._deps import require
+from budgetmix._validate import check_between
 from budgetmix.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -104,8 +105,7 @@ class FrozenLakeModel:
             raise ConfigError(f"desc: unknown cell letters {sorted(set(text) - set('SFHG'))}")
         if text.count("S") != 1 or text.count("G") != 1:
             raise ConfigError("desc: the map needs exactly one S and one G")
-        if not 0.0 <= self.success_rate <= 1.0:
-            raise ConfigError(f"success_rate: must be in [0, 1], got {self.success_rate}")
+        check_between("FrozenLakeModel.success_rate", self.success_rate, 0, 1)
         nrow, ncol = self.shape
         n = nrow * ncol
         probs = (
