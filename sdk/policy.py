@@ -256,11 +256,17 @@ class AnyOf(Rule[F]):
         self: AnyOf[ExtensionRule], view: EpisodeView, dimension: str
     ) -> dict[str, float] | None:
         """The first member's grant."""
-        return next(filter(None, (rule.on_limit(view, dimension) for rule in self.rules)), None)
+        for rule in self.rules:  # a plain loop: this runs at every refusal
+            if grant := rule.on_limit(view, dimension):
+                return grant
+        return None
 
     def check(self: AnyOf[EarlyStopRule], view: EpisodeView) -> str | None:
         """The first member's reason to stop."""
-        return next(filter(None, (rule.check(view) for rule in self.rules)), None)
+        for rule in self.rules:  # a plain loop: this runs after every step
+            if reason := rule.check(view):
+                return reason
+        return None
 
     def to_config(self) -> dict[str, Any]:
         """``{"kind": "any", "of": [<each member's config>]}``."""
