@@ -26,6 +26,7 @@ import torch
 from budgetmix.environment import Task
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.policies.samplers import BudgetDraw
+from budgetmix.progress import ProgressLine
 from budgetmix.training.algorithms import (
     group_advantages,
     policy_loss,
@@ -40,6 +41,7 @@ from budgetmix.training.envs import env_spec
 from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
 from budgetmix.training.models import build_policy
+from budgetmix.training.provenance import write_training_env
 from budgetmix.training.rollout import (
     EpisodeSpec,
     Rollout,
@@ -381,8 +383,10 @@ class Trainer:
 
         cfg = self.config
         total = cfg.sft_steps + cfg.steps
+        watched = cfg.progress and self.acc.is_main_process
+        lines = _phase_lines(cfg, self.step, watched)  # a pipe or a file: a line at an interval
         self.model.train()
-        with Progress(disable=not (cfg.progress and self.acc.is_main_process)) as bar:
+        with Progress(disable=not watched) as bar:
             task = bar.add_task("train", total=total, completed=self.step)
             while self.step < total:
                 if stop_after is not None and self.step >= stop_after:
@@ -392,6 +396,8 @@ class Trainer:
                 if self.acc.is_main_process:
                     self.log.write(record)
                 self.step += 1
+                sft = self.step <= cfg.sft_steps
+                lines[0 if sft else 1].update(self.step if sft else self.step - cfg.sft_steps)
                 shown = " ".join(
                     f"{k}={float(record[k]):.3f}"
                     for k in ("sft_loss", "reward", "success")
@@ -427,6 +433,7 @@ class Trainer:
             policy = copy.deepcopy(policy).merge_and_unload()
         policy.save_pretrained(str(staged), safe_serialization=True)
         self.tokenizer.save_pretrained(str(staged))
+        write_training_env(staged, self.config.env, self.config.env_kwargs)
         return publish_directory(staged, d)
 
     def evaluate(self, episodes_per_budget: int) -> dict[str, Any]:
@@ -447,6 +454,15 @@ class Trainer:
         )
         self.sample_gen.set_state(gen_state)
         return summarize(self._gather([summary_of(r) for r in rollouts]))
+
+
+def _phase_lines(cfg: TrainConfig, step: int, shown: bool) -> tuple[ProgressLine, ProgressLine]:
+    """Progress lines of the SFT and the RL phase, resuming at global ``step``."""
+    enabled = None if shown else False  # None: only where stdout is not a terminal
+    return (
+        ProgressLine("sft", cfg.sft_steps, start=min(step, cfg.sft_steps), enabled=enabled),
+        ProgressLine("rl", cfg.steps, start=max(0, step - cfg.sft_steps), enabled=enabled),
+    )
 
 
 def _prefixed(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
