@@ -25,17 +25,28 @@ into a :class:`~budgetmix.exceptions.CheckpointError`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from budgetmix._deps import require
-from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolCallRequest, ToolSpec, Usage
+from budgetmix.adapters._wire import chat
+from budgetmix.adapters.base import (
+    ChatMessage,
+    ChatModelBase,
+    Messages,
+    ModelRequest,
+    ModelResponse,
+    Notice,
+    ToolCallRequest,
+    Tools,
+    ToolSpec,
+    Usage,
+)
 from budgetmix.exceptions import CheckpointError, ConfigError
 
 __all__ = [
@@ -198,7 +209,13 @@ def load_model(
     return model, tokenizer
 
 
-class LocalChatModel:
+class _Generated(NamedTuple):
+    call: int  # the call's number (its seed offset and tool-call id prefix)
+    prompt_tokens: int
+    new_ids: list[int]
+
+
+class LocalChatModel(ChatModelBase[str, _Generated]):
     """A local causal LM and its tokenizer, as a chat model.
 
     Args:
@@ -282,9 +299,7 @@ class LocalChatModel:
         return cls(model, tokenizer, **options)
 
     # -- rendering -----------------------------------------------------------------------
-    def render(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], notice: str | None
-    ) -> str:
+    def render(self, messages: Messages, tools: Tools, notice: Notice) -> str:
         """The prompt text of one request (ends with the assistant generation prompt)."""
         rows = [self._row(m) for m in messages]
         if tools and not self.template_tools:
@@ -297,17 +312,7 @@ class LocalChatModel:
             rows.append({"role": "user", "content": notice})
         kwargs: dict[str, Any] = {}
         if tools and self.template_tools:
-            kwargs["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": dict(t.parameters),
-                    },
-                }
-                for t in tools
-            ]
+            kwargs["tools"] = chat.write_tools(tools)  # templates take Chat Completions tools
         text = self.tokenizer.apply_chat_template(
             rows, tokenize=False, add_generation_prompt=True, **kwargs
         )
@@ -322,19 +327,15 @@ class LocalChatModel:
         return {"role": m.role, "content": m.content}
 
     # -- generation ----------------------------------------------------------------------
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
-    ) -> ModelResponse:
-        """Generate one reply. ``tool_choice="none"`` keeps the tools in the prompt; a
+    def build_request(self, call: ModelRequest) -> str:
+        """The prompt of ``call``. ``tool_choice="none"`` keeps the tools in the prompt; a
         local model cannot be forced, so any tool calls it writes are still reported."""
+        return self.render(call.messages, call.tools, call.notice)
+
+    def send(self, request: str) -> _Generated:
+        """Generate a reply to the prompt ``request`` (seeded by the call's number)."""
         torch = require("torch", "train")
-        prompt = self.render(messages, tools, notice)
-        encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        encoded = self.tokenizer(request, return_tensors="pt", add_special_tokens=False)
         device = next(self.model.parameters()).device
         input_ids = encoded["input_ids"].to(device)
         attention = encoded["attention_mask"].to(device)
@@ -349,32 +350,25 @@ class LocalChatModel:
                         attention_mask=attention,
                         generation_config=self._generation_config(),
                     )
-        new_ids = output[0, input_ids.shape[1] :].tolist()
+        prompt_tokens = int(input_ids.shape[1])
+        return _Generated(call, prompt_tokens, output[0, prompt_tokens:].tolist())
+
+    def read_reply(self, reply: _Generated, request: str) -> ModelResponse:
+        """The generated tokens as text and ``<tool_call>`` blocks; no end-of-sequence
+        token means the cap cut it (``finish_reason="length"``)."""
+        new_ids = reply.new_ids
         eos = self.tokenizer.eos_token_id
         stopped = eos is not None and eos in new_ids
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        content, calls = parse_tool_calls(text, id_prefix=f"call_{call}")
+        content, calls = parse_tool_calls(text, id_prefix=f"call_{reply.call}")
         finish = "length" if not stopped else ("tool_calls" if calls else "stop")
         return ModelResponse(
             text=content,
             tool_calls=calls,
             finish_reason=finish,
-            usage=Usage(input_tokens=int(input_ids.shape[1]), output_tokens=len(new_ids)),
+            usage=Usage(input_tokens=reply.prompt_tokens, output_tokens=len(new_ids)),
             model=self.model_name,
             raw=self.tokenizer.decode(new_ids, skip_special_tokens=False),
-        )
-
-    async def acomplete(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        *,
-        notice: str | None,
-        tool_choice: Literal["auto", "none"] = "auto",
-    ) -> ModelResponse:
-        """:meth:`complete` in a worker thread, so the event loop keeps running."""
-        return await asyncio.to_thread(
-            self.complete, messages, tools, notice=notice, tool_choice=tool_choice
         )
 
     def _generation_config(self) -> Any:

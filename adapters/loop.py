@@ -27,27 +27,25 @@ executed (a ``model_format_error`` mistake; :attr:`AgentRun.ignored_tool_calls`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import pydantic
-from budgetmix._validate import check_int
-from budgetmix.accounting import DEFAULT_ACCOUNTING
+from budgetmix.adapters._agent_setup import ToolLike, prepare
 from budgetmix.adapters.base import (
     AsyncChatModel,
     ChatMessage,
     ChatModel,
+    ModelRequest,
     ModelResponse,
     ToolCallRequest,
-    ToolSpec,
     Usage,
 )
 from budgetmix.adapters.tools import (
     PreparedCall,
-    Tool,
     ToolArgumentError,
     Toolbox,
     ToolOutcome,
@@ -70,7 +68,6 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentRun", "arun_agent", "run_agent"]
 
-ToolLike = Tool | Callable[..., Any]
 Judge = Callable[[str], bool]
 
 #: What the model reads for calls that were never run.
@@ -104,14 +101,6 @@ class AgentRun:
     @property
     def turns_used(self) -> int:
         return self.result.turns_used
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    messages: tuple[ChatMessage, ...]
-    tools: tuple[ToolSpec, ...]
-    notice: str | None
-    tool_choice: Literal["auto", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,12 +153,12 @@ class _AgentLoop:
     def next_turn(self) -> Turn | None:
         return self.episode.try_begin_turn(model=self.model_name)
 
-    def request(self, turn: Turn) -> _Request:
-        return _Request(
-            tuple(self.history),
-            self.toolbox.specs,
-            turn.notice,
-            "none" if turn.grace else "auto",
+    def request(self, turn: Turn) -> ModelRequest:
+        return ModelRequest(
+            messages=tuple(self.history),
+            tools=self.toolbox.specs,
+            notice=turn.notice,
+            tool_choice="none" if turn.grace else "auto",
         )
 
     def on_response(self, turn: Turn, response: ModelResponse) -> list[_Planned] | None:
@@ -286,36 +275,7 @@ class _AgentLoop:
             self._tool_message(req, reason, is_error=True)
 
 
-# -- setup shared by both drivers ------------------------------------------------------
-def _controller(
-    budget: Budget | BudgetController,
-    exhaustion: ExhaustionMode | None,
-    extension: ExtensionPolicy | None,
-    provider_name: str | None,
-) -> BudgetController:
-    if isinstance(budget, BudgetController):
-        if exhaustion is not None and exhaustion != budget.exhaustion:
-            raise ConfigError(
-                f"exhaustion: the controller was built with {budget.exhaustion!r}; "
-                "set it on the BudgetController, not run_agent"
-            )
-        if extension is not None and extension is not budget.extension:
-            raise ConfigError("extension: set it on the BudgetController, not run_agent")
-        return budget
-    if not isinstance(budget, Budget):
-        raise ConfigError(f"budget must be a Budget or BudgetController, got {budget!r}")
-    from budgetmix.policies.extension import find_on_demand, with_free_request_tool
-
-    return BudgetController(
-        budget,
-        exhaustion=exhaustion or "end",
-        extension=extension,
-        # asking for more turns is budget management, not work: it costs no tool call
-        accounting=with_free_request_tool() if find_on_demand(extension) else DEFAULT_ACCOUNTING,
-        provider_name=provider_name,
-    )
-
-
+# -- what both drivers share ----------------------------------------------------------
 def _sendable(response: ModelResponse) -> ModelResponse:
     """``response`` with its text and tool calls as text an SDK can encode (a lone
     surrogate, which JSON can escape, as U+FFFD); the same object when nothing changes."""
@@ -333,31 +293,6 @@ def _sendable(response: ModelResponse) -> ModelResponse:
     return replace(response, text=text, tool_calls=calls)
 
 
-def _check_text(where: str, text: Any) -> None:
-    if not isinstance(text, str):
-        raise ConfigError(f"{where} must be a string, got {type(text).__name__}")
-    if sendable_text(text) != text:
-        raise ConfigError(f"{where} has a lone surrogate, which cannot be encoded to send")
-
-
-def _history(task: str | Sequence[ChatMessage], system: str | None) -> list[ChatMessage]:
-    if isinstance(task, str):
-        _check_text("task", task)
-        messages = [ChatMessage(role="user", content=task)]
-    else:
-        messages = list(task)  # a copy: the caller's list is never mutated
-        for i, m in enumerate(messages):
-            if not isinstance(m, ChatMessage):
-                raise ConfigError(f"task messages must be ChatMessage, got {m!r}")
-            _check_text(f"task[{i}].content", m.content)
-        if not messages:
-            raise ConfigError("task must be a string or a non-empty message list")
-    if system is not None:
-        _check_text("system", system)
-        messages.insert(0, ChatMessage(role="system", content=system))
-    return messages
-
-
 def _setup(
     model: Any,
     tools: Toolbox | Iterable[ToolLike],
@@ -373,39 +308,33 @@ def _setup(
     name: str | None,
     metadata: dict[str, Any] | None,
 ) -> _AgentLoop:
-    check_int("max_parallel", max_parallel, minimum=1)
-    entries = list(tools.values()) if isinstance(tools, Toolbox) else list(tools)
-    controller = _controller(budget, exhaustion, extension, getattr(model, "provider_name", None))
-    episode = controller.episode(name=name, metadata=metadata)
-    extra = _request_more_turns_tool(controller, episode)
-    return _AgentLoop(
-        episode,
-        str(model.model_name),
-        Toolbox([*entries, *extra]),
-        _history(task, system),
-        judge=judge,
-        pricing=pricing,
+    episode, toolbox, history = prepare(
+        model, tools, task, budget, system=system, max_parallel=max_parallel,
+        exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
+    )  # fmt: skip
+    loop = _AgentLoop(
+        episode, str(model.model_name), toolbox, history, judge=judge, pricing=pricing
     )
+    loop.open()
+    return loop
 
 
-def _request_more_turns_tool(controller: BudgetController, episode: Episode) -> list[Tool]:
-    """The ``request_more_turns`` tool when the controller's extension grants on demand."""
-    from budgetmix.policies.extension import (
-        REQUEST_MORE_TURNS,
-        find_on_demand,
-        request_more_turns_tool,
-    )
+@contextlib.contextmanager
+def _tool_pool(max_parallel: int) -> Iterator[Callable[[], ThreadPoolExecutor]]:
+    """A factory of one thread pool for the sync tools, started on first use and shut
+    down (its tools finished) when the run ends."""
+    pool: list[ThreadPoolExecutor] = []
 
-    policy = find_on_demand(controller.extension)
-    if policy is None:
-        return []
+    def factory() -> ThreadPoolExecutor:
+        if not pool:
+            pool.append(ThreadPoolExecutor(max_parallel, thread_name_prefix="budgetmix-tool"))
+        return pool[0]
 
-    def request_more_turns(turns: Annotated[int, pydantic.Field(ge=1)]) -> str:
-        return policy.run_tool(episode, {"turns": turns})
-
-    tool = Tool.from_function(request_more_turns, name=REQUEST_MORE_TURNS)
-    # The policy's own spec, so every adapter shows the model the same bytes.
-    return [replace(tool, spec=ToolSpec(**request_more_turns_tool()))]
+    try:
+        yield factory
+    finally:
+        for p in pool:
+            p.shutdown(wait=True)
 
 
 # -- drivers ---------------------------------------------------------------------------
@@ -457,34 +386,17 @@ def run_agent(
         exhaustion=exhaustion, extension=extension, judge=judge, pricing=pricing,
         name=name, metadata=metadata,
     )  # fmt: skip
-    pool: list[ThreadPoolExecutor] = []
-
-    def pool_factory() -> ThreadPoolExecutor:
-        if not pool:
-            pool.append(ThreadPoolExecutor(max_parallel, thread_name_prefix="budgetmix-tool"))
-        return pool[0]
-
-    loop.open()
-    try:
-        with loop.episode:
-            while (turn := loop.next_turn()) is not None:
-                with turn:
-                    req = loop.request(turn)
-                    send = functools.partial(
-                        model.complete,
-                        req.messages,
-                        req.tools,
-                        notice=req.notice,
-                        tool_choice=req.tool_choice,
-                    )
-                    response = turn.call(send, sleep=sleep)
-                    batch = loop.on_response(turn, response)
-                    if batch is None:
-                        break
-                    loop.on_outcomes(batch, run_prepared([p.prepared for p in batch], pool_factory))
-    finally:
-        for p in pool:
-            p.shutdown(wait=True)
+    with _tool_pool(max_parallel) as pool, loop.episode:
+        while (turn := loop.next_turn()) is not None:
+            with turn:
+                r = loop.request(turn)
+                send = functools.partial(
+                    model.complete, r.messages, r.tools, notice=r.notice, tool_choice=r.tool_choice
+                )
+                batch = loop.on_response(turn, turn.call(send, sleep=sleep))
+                if batch is None:
+                    break
+                loop.on_outcomes(batch, run_prepared([p.prepared for p in batch], pool))
     return loop.run_result()
 
 
@@ -522,7 +434,7 @@ async def arun_agent(
         name=name, metadata=metadata,
     )  # fmt: skip
 
-    async def call_model(req: _Request) -> ModelResponse:
+    async def call_model(req: ModelRequest) -> ModelResponse:
         kwargs: dict[str, Any] = {"notice": req.notice, "tool_choice": req.tool_choice}
         if callable(acomplete):
             response: ModelResponse = await acomplete(req.messages, req.tools, **kwargs)
@@ -531,7 +443,6 @@ async def arun_agent(
         response = await asyncio.to_thread(complete, req.messages, req.tools, **kwargs)
         return response
 
-    loop.open()
     async with loop.episode:
         while (turn := loop.next_turn()) is not None:
             with turn:
