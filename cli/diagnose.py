@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +208,34 @@ def _recovery_table(recovery: Mapping[str, RecoveryResult], inject_at: int, budg
     return table
 
 
-def _run(args: DiagnoseOptions) -> int:
+def _check_trained_env(args: DiagnoseOptions) -> None:
+    """One stderr warning per checkpoint not known to be trained on this map and slip rate."""
+    from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME
+    from budgetmix.training.provenance import env_differences, read_training_env
+
+    here = {"desc": list(args.desc), "success_rate": args.success_rate}
+    for flag, spec in (("--a", args.a), ("--b", args.b)):
+        if spec in BUILTIN:
+            continue
+        trained = read_training_env(spec)
+        if trained is None:
+            why = "does not record the environment it was trained on (cannot check the map)"
+        elif diff := env_differences(trained, COMPACT_ENV_NAME, here):
+            why = f"was trained on another environment: {'; '.join(diff)}"
+        else:
+            continue
+        print(f"{PROG}: warning: {flag} {spec} {why}", file=sys.stderr, flush=True)
+
+
+def _measure(
+    args: DiagnoseOptions,
+    policies: Mapping[str, Any],
+    model: Any,
+    budgets: list[int],
+    ceiling: int,
+) -> dict[str, Any]:
+    """Action quality, success curves and recovery of both policies (progress on stderr)."""
+    from budgetmix.progress import ProgressLine
     from budgetmix.training.diagnostics import (
         compare_actions,
         frozenlake_q,
@@ -217,6 +245,39 @@ def _run(args: DiagnoseOptions) -> int:
         success_curve,
     )
     from budgetmix.training.envs import env_tasks
+
+    n = args.episodes
+    # episodes: B's states at every budget, both curves, both recoveries (with and without)
+    bar = ProgressLine("diagnose", 3 * n * len(budgets) + 4 * n, enabled=True, stream=sys.stderr)
+    q = frozenlake_q(model)
+    tasks = env_tasks(
+        "frozenlake-compact",
+        range(1_000_000, 1_000_000 + n),
+        {"desc": args.desc, "success_rate": args.success_rate},
+    )
+    points = [
+        p
+        for t in budgets
+        for tr in run_episodes(tasks, policies["B"], t, q=q, progress=bar)
+        for p in tr.points
+    ]
+    cmp = compare_actions(points, policies["A"], policies["B"], q)
+    curves = {
+        name: success_curve(tasks, pol, budgets, progress=bar) for name, pol in policies.items()
+    }
+    budget = min(ceiling, max(budgets))
+    inject_at = min(args.inject_at, budget)
+    recovery = {
+        name: recovery_injection(
+            tasks, pol, budget, inject_at, invalid_reply(), q=q, progress=bar
+        )
+        for name, pol in policies.items()
+    }
+    bar.finish()
+    return {"cmp": cmp, "curves": curves, "recovery": recovery, "budget": budget}
+
+
+def _run(args: DiagnoseOptions) -> int:
     from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel, find_ceiling
     from rich.console import Console
 
@@ -225,38 +286,22 @@ def _run(args: DiagnoseOptions) -> int:
     budgets = args.budgets or sorted(
         {max(1, round(f * ceiling)) for f in (0.25, 0.5, 0.75, 1.0, 1.5)}
     )
-    q = frozenlake_q(model)
-    tasks = env_tasks(
-        "frozenlake-compact",
-        range(1_000_000, 1_000_000 + args.episodes),
-        {"desc": args.desc, "success_rate": args.success_rate},
-    )
     policies = {"A": _policy("--a", args.a, model), "B": _policy("--b", args.b, model)}
+    _check_trained_env(args)
+    m = _measure(args, policies, model, budgets, ceiling)
     console = Console()
-
-    points = [
-        p for t in budgets for tr in run_episodes(tasks, policies["B"], t, q=q) for p in tr.points
-    ]
-    cmp = compare_actions(points, policies["A"], policies["B"], q)
-    console.print(_action_table(args, cmp))
-    curves = {name: success_curve(tasks, pol, budgets) for name, pol in policies.items()}
-    console.print(_curve_table(curves, budgets, ceiling))
-    budget = min(ceiling, max(budgets))
-    inject_at = min(args.inject_at, budget)
-    recovery = {
-        name: recovery_injection(tasks, pol, budget, inject_at, invalid_reply(), q=q)
-        for name, pol in policies.items()
-    }
-    console.print(_recovery_table(recovery, args.inject_at, budget))
+    console.print(_action_table(args, m["cmp"]))
+    console.print(_curve_table(m["curves"], budgets, ceiling))
+    console.print(_recovery_table(m["recovery"], args.inject_at, m["budget"]))
     if args.out is not None:
         numbers = {
             "a": args.a,
             "b": args.b,
             "ceiling": ceiling,
             "budgets": budgets,
-            "action_quality": cmp.to_dict(),
-            "curves": {k: [p.to_dict() for p in v] for k, v in curves.items()},
-            "recovery": {k: v.to_dict() for k, v in recovery.items()},
+            "action_quality": m["cmp"].to_dict(),
+            "curves": {k: [p.to_dict() for p in v] for k, v in m["curves"].items()},
+            "recovery": {k: v.to_dict() for k, v in m["recovery"].items()},
         }
         with blame("--out", OSError):
             args.out.parent.mkdir(parents=True, exist_ok=True)

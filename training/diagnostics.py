@@ -34,6 +34,7 @@ from budgetmix.environment import Environment, Task, unwrap
 from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
+from budgetmix.progress import ProgressLine
 from budgetmix.training.chat import environment_message
 from budgetmix.training.envs.agents import FrozenLakeDemonstrator
 from budgetmix.training.envs.frozenlake_compact import parse_move
@@ -216,6 +217,7 @@ def run_episodes(
     q: QFunction | None = None,
     mistake_tol: float = 0.01,
     force: Mapping[int, Callable[[DecisionPoint], str]] | None = None,
+    progress: ProgressLine | None = None,
 ) -> list[EpisodeTrace]:
     """Play every task once under ``budget`` turns, all episodes stepped together.
 
@@ -224,6 +226,7 @@ def run_episodes(
     ``force`` maps a 1-based turn to a function whose action replaces the
     policy's at that turn (mistake injection). The mistake test against ``q``
     uses the action candidates of :data:`ACTIONS` (FrozenLake's moves).
+    ``progress`` advances by one step per finished episode.
 
     Raises:
         ConfigError: a budget < 1, one budget per task expected, or the policy
@@ -244,6 +247,8 @@ def run_episodes(
         for ep, p, action in zip(active, points, actions, strict=True):
             chosen = forced[p.turn](p) if p.turn in forced else action
             ep.apply(p, chosen, q, mistake_tol)
+        if progress is not None:
+            progress.advance(sum(ep.termination is not None for ep in active))
     return [ep.trace() for ep in live]
 
 
@@ -397,11 +402,12 @@ def success_curve(
     budgets: Sequence[int],
     *,
     notice_format: str = "v1-compact",
+    progress: ProgressLine | None = None,
 ) -> list[CurvePoint]:
     """Success rate of ``policy`` at each budget (one episode per task and budget)."""
     out = []
     for t in budgets:
-        traces = run_episodes(tasks, policy, t, notice_format=notice_format)
+        traces = run_episodes(tasks, policy, t, notice_format=notice_format, progress=progress)
         out.append(_curve_point(t, sum(tr.success for tr in traces), len(traces)))
     return out
 
@@ -441,6 +447,7 @@ def recovery_injection(
     *,
     q: QFunction | None = None,
     notice_format: str = "v1-compact",
+    progress: ProgressLine | None = None,
 ) -> RecoveryResult:
     """Force ``forced(point)`` at turn ``inject_at``; how often does ``policy`` still succeed?
 
@@ -449,10 +456,11 @@ def recovery_injection(
     """
     if not 1 <= inject_at <= budget:
         raise ConfigError(f"inject_at: must lie in 1..{budget}, got {inject_at}")
+    fmt = notice_format
     with_fault = run_episodes(
-        tasks, policy, budget, notice_format=notice_format, force={inject_at: forced}
+        tasks, policy, budget, notice_format=fmt, force={inject_at: forced}, progress=progress
     )
-    clean = run_episodes(tasks, policy, budget, notice_format=notice_format)
+    clean = run_episodes(tasks, policy, budget, notice_format=fmt, progress=progress)
     hit = [i for i, tr in enumerate(with_fault) if len(tr.points) >= inject_at]
     wins = sum(with_fault[i].success for i in hit)
     base = sum(clean[i].success for i in hit) / len(hit) if hit else 0.0

@@ -66,3 +66,70 @@ def test_damaged_checkpoint_is_one_line_naming_the_flag(
     assert code == 2, err
     assert "Traceback" not in err
     assert err.count("\n") == 1 and err.startswith("budgetmix diagnose: error: --b: "), err
+
+
+def _model_dir(path: Path, env: str | None, env_kwargs: dict[str, object]) -> Path:
+    """A tiny untrained model directory that records (or not) the env it was trained on."""
+    pytest.importorskip("transformers")
+    from budgetmix.training.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.provenance import write_training_env
+    from budgetmix.training.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(TinyModelSpec(), tokenizer, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    if env is not None:
+        write_training_env(path, env, env_kwargs)
+    return path
+
+
+DIAG = ["diagnose", "--a", "oracle", "--episodes", "2", "--budgets", "2"]
+
+
+def _warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "warning" in line]
+
+
+def test_checkpoint_trained_on_another_map_is_named_in_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = {"desc": ["SFFF", "FHFH", "FFFH", "HFFG"], "success_rate": 0.8, "demo_gamma": 0.9}
+    ckpt = _model_dir(tmp_path, "frozenlake-compact", other)
+    assert main([*DIAG, "--b", str(ckpt)]) == 0
+    (line,) = _warnings(capsys.readouterr().err)
+    assert line.startswith(f"budgetmix diagnose: warning: --b {ckpt} was trained on another")
+    assert "desc SFFF,FHFH,FFFH,HFFG (here SFF,HFF,HHG)" in line
+    assert "success_rate" not in line  # the slip rate matches
+
+
+def test_checkpoint_of_this_map_gives_no_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    same = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8, "demo_gamma": 0.9}
+    ckpt = _model_dir(tmp_path, "frozenlake-compact", same)
+    assert main([*DIAG, "--b", str(ckpt)]) == 0
+    assert _warnings(capsys.readouterr().err) == []
+
+
+def test_checkpoint_without_a_record_is_said_to_be_unchecked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = _model_dir(tmp_path, None, {})
+    assert main([*DIAG, "--b", str(ckpt)]) == 0
+    (line,) = _warnings(capsys.readouterr().err)
+    assert "does not record the environment it was trained on" in line
+
+
+def test_progress_lines_on_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from budgetmix.progress import INTERVAL_ENV
+
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    assert main([*DIAG, "--b", "blind", "--budgets", "2,3"]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("diagnose: step ")]
+    total = 3 * 2 * 2 + 4 * 2  # B's states and both curves at two budgets, two recoveries
+    assert lines and lines[-1].startswith(f"diagnose: step {total}/{total} (100%)")
+    assert lines[-1].endswith(", done")
+    assert "diagnose: step" not in captured.out  # the tables stay clean
