@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from budgetmix.environment import Task
+from budgetmix.progress import ProgressLine
 from budgetmix.training.diagnostics import (
     DecisionPoint,
     EpisodeTrace,
@@ -242,7 +243,8 @@ class _Run:
         budgets = sorted(set(self.budgets.values()))
         tasks = [t for _ in budgets for t in self.tasks(n)]
         per_task = [b for b in budgets for _ in range(n)]
-        traces = run_episodes(tasks, policy, per_task)
+        bar = ProgressLine("eval grid", len(tasks), enabled=None if self.progress else False)
+        traces = run_episodes(tasks, policy, per_task, progress=bar)
         return {b: traces[i * n : (i + 1) * n] for i, b in enumerate(budgets)}
 
     def oracle_curves(self) -> dict[str, Any]:
