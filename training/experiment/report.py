@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from budgetmix.evaluation.plots import pyplot, save_figure
+from budgetmix.evaluation.plots import arm_colour, budget_ticks, pyplot, save_figure
 
 if TYPE_CHECKING:
     from budgetmix.training.experiment.run import ExperimentReport
@@ -233,6 +233,7 @@ def _success_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
             marker="o",
             capsize=3,
             label=arm,
+            color=arm_colour(arm),
         )
     ax.plot(xs, [report.oracle["aware"][f] for f in fracs], "k--", label="oracle (aware)")
     ax.plot(
@@ -242,9 +243,11 @@ def _success_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
         label="blind demonstrator",
     )
     ax.axvline(report.ceiling, color="grey", lw=0.8)
+    budget_ticks(ax, sorted(set(xs)))
     ax.set_xlabel("turn budget T (vertical line: ceiling)")
     ax.set_ylabel("success (pass@1)")
     ax.set_ylim(0, 1)
+    ax.set_title(f"Success vs budget per arm (ceiling T={report.ceiling})")
     ax.legend(fontsize=8)
     return save_figure(fig, plt, path)
 
@@ -261,7 +264,15 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
             [100 * (c["diff"] - c["lo"]) for c in rows],
             [100 * (c["hi"] - c["diff"]) for c in rows],
         ]
-        ax.bar(xs_bar, diffs, width=width, yerr=err, capsize=3, label=f"{arm} - fixed")
+        ax.bar(
+            xs_bar,
+            diffs,
+            width=width,
+            yerr=err,
+            capsize=3,
+            label=f"{arm} - fixed",
+            color=arm_colour(arm),
+        )
     first = [c for c in report.comparison if c.get("arm", "budgetmix") == arms[0]]
     ax.set_xticks(range(len(first)))
     ax.set_xticklabels([f"{c['fraction']}\nT={c['budget']}" for c in first])
@@ -270,6 +281,7 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     ax.scatter(px, [paper[i] for i in px], color="tab:red", marker="D", label="paper", zorder=3)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_ylabel("points of pass@1")
+    ax.set_title("BudgetMix minus fixed (pass@1 points, 95% interval) by budget")
     ax.legend(fontsize=8)
     return save_figure(fig, plt, path)
 
@@ -277,8 +289,8 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
 def _training_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.0, 3.6))
     styles = ("-", "--", ":", "-.")
-    for a, (arm, runs) in enumerate(report.training.items()):
-        color = f"C{a}"  # one colour per arm, one line style per seed: 12+ curves stay legible
+    for arm, runs in report.training.items():
+        color = arm_colour(arm)  # one colour per arm, one line style per seed: 12+ curves legible
         for i, t in enumerate(runs):
             ys = t["success_curve"]
             w = max(1, len(ys) // 10)
@@ -290,6 +302,7 @@ def _training_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
             ax.plot(range(len(ys)), smooth, color=color, ls=style, label=f"{arm} s{i}")
     ax.set_xlabel("RL step")
     ax.set_ylabel("training success (own budget draws)")
+    ax.set_title("Training success per arm and seed (smoothed)")
     ax.legend(fontsize=7)
     return save_figure(fig, plt, path)
 
