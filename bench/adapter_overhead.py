@@ -53,6 +53,7 @@ from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.pricing import DEFAULT_PRICING
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
+NOTICE = "Budget (v1): turn 1 of 9, 9 turns left including this one."
 MESSAGES = [
     {"role": "system", "content": "You are a careful assistant. " * 20},
     {"role": "user", "content": "Summarise the report in three bullet points."},
@@ -112,6 +113,18 @@ def latency(
     # every variant's block (and its warm-up) fits in one episode; "raise" makes a
     # budget that is too small fail the run instead of quietly ending a round early
     controller = BudgetController(Budget(turns=10 * calls + 10), exhaustion="raise")
+    variants, baseline = _variants(base_url, controller, messages, streams=streams)
+    for fn in variants.values():  # warm up connections and code paths
+        with controller.episode():
+            for _ in range(5):
+                fn()
+    return _paired(controller, variants, baseline, calls, repeats)
+
+
+def _variants(
+    base_url: str, controller: BudgetController, messages: list[dict[str, Any]], *, streams: bool
+) -> tuple[dict[str, Callable[[], None]], dict[str, Callable[[], None]]]:
+    """The calls to time, by row name, and the baseline each is paired with."""
     # one connection pool for all: every variant talks over the same keep-alive
     # connection to the same server, so only the adapters differ
     pool = httpx.HTTPTransport()
@@ -128,77 +141,83 @@ def latency(
     wrapped = budgeted(client(pool), controller)
     transformed = budgeted(client(pool), controller, sdk_transform=True)
     via_transport = client(BudgetTransport(pool, controller))
-
-    def whole(client: Any) -> Callable[[], None]:
-        def call() -> None:
-            client.chat.completions.create(model="gpt-4o", messages=messages)
-
-        return call
-
-    def streamed(client: Any) -> Callable[[], None]:
-        def call() -> None:
-            for _ in client.chat.completions.create(model="gpt-4o", messages=messages, stream=True):
-                pass
-
-        return call
-
-    notice = {
-        "role": "user",
-        "content": "Budget (v1): turn 1 of 9, 9 turns left including this one.",
-    }
-
-    def by_hand() -> None:  # what the wrapper sends, built by hand: one more message
-        plain.chat.completions.create(model="gpt-4o", messages=[*messages, notice])
-
-    def as_is_by_hand() -> None:  # the history as the wrapper passes it: no SDK transform
-        plain.chat.completions.create(
-            model="gpt-4o", messages=[], extra_body={"messages": messages}
-        )
-
-    def usage_by_hand() -> None:  # the stream's final usage chunk, asked for by hand
-        stream = plain.chat.completions.create(
-            model="gpt-4o",
-            messages=messages,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        for _ in stream:
-            pass
-
-    base_whole, base_stream = whole(plain), streamed(plain)
+    by_hand = _by_hand(plain, messages)
+    base_whole, base_stream = _whole(plain, messages), _streamed(plain, messages)
     variants: dict[str, Callable[[], None]] = {
         "unwrapped vs itself (A/A)": base_whole,
-        "unwrapped + notice message by hand": by_hand,
-        "unwrapped, history sent as is by hand (no SDK transform)": as_is_by_hand,
-        "budgeted(client)": whole(wrapped),
-        "budgeted(client, sdk_transform=True)": whole(transformed),
-        "BudgetTransport": whole(via_transport),
+        "unwrapped + notice message by hand": by_hand["notice"],
+        "unwrapped, history sent as is by hand (no SDK transform)": by_hand["as is"],
+        "budgeted(client)": _whole(wrapped, messages),
+        "budgeted(client, sdk_transform=True)": _whole(transformed, messages),
+        "BudgetTransport": _whole(via_transport, messages),
         # like for like: the wrapper's own work (and the notice) against an unwrapped call
         # that skips the SDK's transform the same way
-        "budgeted(client) vs history sent as is by hand": whole(wrapped),
+        "budgeted(client) vs history sent as is by hand": _whole(wrapped, messages),
     }
     if streams:
         variants |= {
             "unwrapped vs itself (A/A), stream": base_stream,
-            "unwrapped + include_usage by hand, stream": usage_by_hand,
-            "budgeted(client), stream": streamed(wrapped),
-            "BudgetTransport, stream": streamed(via_transport),
+            "unwrapped + include_usage by hand, stream": by_hand["usage"],
+            "budgeted(client), stream": _streamed(wrapped, messages),
+            "BudgetTransport, stream": _streamed(via_transport, messages),
             # the same, against a stream that asks for usage too: what the wrapper adds
             # beyond the usage chunk a budget needs (the issue asks that usage be read)
-            "budgeted(client), stream, vs include_usage by hand": streamed(wrapped),
+            "budgeted(client), stream, vs include_usage by hand": _streamed(wrapped, messages),
         }
     baseline = {k: (base_stream if "stream" in k else base_whole) for k in variants}
-    baseline["budgeted(client) vs history sent as is by hand"] = as_is_by_hand
+    baseline["budgeted(client) vs history sent as is by hand"] = by_hand["as is"]
     if streams:
-        baseline["budgeted(client), stream, vs include_usage by hand"] = usage_by_hand
-    for fn in variants.values():  # warm up connections and code paths
-        with controller.episode():
-            for _ in range(5):
-                fn()
+        baseline["budgeted(client), stream, vs include_usage by hand"] = by_hand["usage"]
+    return variants, baseline
 
-    # paired blocks: each variant's block of calls runs right next to a block of its
-    # baseline (alternating which goes first, rotating the variants' order per round),
-    # so load from elsewhere on the machine and position effects cancel out
+
+def _whole(client: Any, messages: list[dict[str, Any]]) -> Callable[[], None]:
+    def call() -> None:
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+
+    return call
+
+
+def _streamed(client: Any, messages: list[dict[str, Any]]) -> Callable[[], None]:
+    def call() -> None:
+        for _ in client.chat.completions.create(model="gpt-4o", messages=messages, stream=True):
+            pass
+
+    return call
+
+
+def _by_hand(plain: Any, messages: list[dict[str, Any]]) -> dict[str, Callable[[], None]]:
+    """Unwrapped calls that do by hand one thing the wrapper does."""
+    notice = {"role": "user", "content": NOTICE}
+
+    def with_notice() -> None:  # what the wrapper sends, built by hand: one more message
+        plain.chat.completions.create(model="gpt-4o", messages=[*messages, notice])
+
+    def as_is() -> None:  # the history as the wrapper passes it: no SDK transform
+        plain.chat.completions.create(
+            model="gpt-4o", messages=[], extra_body={"messages": messages}
+        )
+
+    def usage() -> None:  # the stream's final usage chunk, asked for by hand
+        opts = {"include_usage": True}
+        create = plain.chat.completions.create
+        for _ in create(model="gpt-4o", messages=messages, stream=True, stream_options=opts):
+            pass
+
+    return {"notice": with_notice, "as is": as_is, "usage": usage}
+
+
+def _paired(
+    controller: BudgetController,
+    variants: dict[str, Callable[[], None]],
+    baseline: dict[str, Callable[[], None]],
+    calls: int,
+    repeats: int,
+) -> list[tuple[str, float, float, float, float, float]]:
+    """Paired blocks: each variant's block of calls runs right next to a block of its
+    baseline (alternating which goes first, rotating the variants' order per round),
+    so load from elsewhere on the machine and position effects cancel out."""
+
     def timed(fn: Callable[[], None]) -> float:
         start = time.perf_counter()
         for _ in range(calls):
@@ -401,7 +420,7 @@ def prefix_stability(turns: int = 12) -> list[tuple[str, float, float, str]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
     parser.add_argument("--repeats", type=int, default=40, help="paired blocks per variant")
@@ -417,10 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="tool calls and results in the mid-episode request's history",
     )
-    args = parser.parse_args(argv)
-    print(
-        f"python {sys.version.split()[0]}, openai {openai.__version__}, httpx {httpx.__version__}"
-    )
+    return parser.parse_args(argv)
+
+
+def _latency_tables(args: argparse.Namespace) -> dict[bool, float]:
+    """Print the latency tables; the first turn's A/A medians (whole and streamed)."""
     shapes = (
         ("first turn: system + user message", list(MESSAGES), True),
         (
@@ -450,7 +470,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"| {name} | {med:.0f} | {over:+.0f} | [{q1:+.0f}, {q3:+.0f}] | {pct:+.1f}% |"
                 )
-    base = first
+    return first
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    print(
+        f"python {sys.version.split()[0]}, openai {openai.__version__}, httpx {httpx.__version__}"
+    )
+    base = _latency_tables(args)
     print("\n### The adapters' own work per call (SDK/network stubbed out, median of 5 x 20k)\n")
     print("| layer | added CPU per call (us) | share of the unwrapped loopback call |")
     print("|---|---:|---:|")
