@@ -46,10 +46,10 @@ from budgetmix.cli._errors import (
     output_dir,
     run_command,
 )
+from budgetmix.cli.eval_progress import progress_callbacks
 from budgetmix.cli.report import report_main, show_report, write_report
 from budgetmix.environment import EnvAgent, Task
 from budgetmix.evaluation.agents import ScriptedEnvAgent
-from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.evaluation.runner import AgentFactory, EvalConfig, Evaluator
 from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError
 from budgetmix.notice import NOTICE_FORMATS
@@ -399,34 +399,6 @@ def build_agent_factory(cfg: Mapping[str, Any]) -> tuple[AgentFactory, dict[str,
     return build(cfg, ident), ident
 
 
-def _progress(
-    enabled: bool,
-) -> tuple[Any, Callable[[int, int], None], Callable[[EpisodeRecord], None]]:
-    if not enabled:
-        return None, lambda total, skipped: None, lambda rec: None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        transient=False,
-    )
-    state: dict[str, Any] = {"id": None, "ok": 0}
-
-    def on_plan(total: int, skipped: int) -> None:
-        if skipped:
-            bar.console.print(f"resuming: {skipped} episodes already in the results file")
-        state["id"] = bar.add_task("episodes", total=total)
-
-    def on_record(rec: EpisodeRecord) -> None:
-        state["ok"] += int(rec.success)
-        bar.update(state["id"], advance=1, description=f"episodes ({state['ok']} solved)")
-
-    return bar, on_plan, on_record
-
-
 def _eval_config(cfg: Mapping[str, Any], agent_ident: Mapping[str, Any]) -> EvalConfig:
     env = str(cfg["env"])
     notice = cfg.get("notice", "v1")
@@ -457,7 +429,7 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
     out = Path(cfg.get("out", "runs/eval"))
     evaluator = Evaluator(factory, tasks, _eval_config(cfg, agent_ident))
     overwrite = bool(cfg.get("overwrite", False))
-    bar, on_plan, on_record = _progress(not cfg.get("no_progress", False))
+    bar, on_plan, on_record = progress_callbacks(not cfg.get("no_progress", False))
     if bar is not None:
         with bar:
             run = evaluator.run(

@@ -128,3 +128,16 @@ def test_bad_values_are_one_line_naming_the_flag(capsys: pytest.CaptureFixture[s
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("budgetmix eval: error: --env-kwargs: ")
+
+
+def test_piped_eval_prints_progress_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Output to a pipe (capsys is not a terminal) gets ``eval:`` lines, ending ``done``."""
+    monkeypatch.setenv("BUDGETMIX_PROGRESS_INTERVAL", "1000")
+    flags = [f for f in FLAGS if f != "--no-progress"]
+    assert eval_main([*flags, "--out", str(tmp_path / "run"), "--no-plots"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("eval: ")]
+    # the interval is long, so only the closing line is due: all 3 x 3 x 2 records done
+    assert len(lines) == 1 and lines[0].startswith("eval: step 18/18 (100%)")
+    assert lines[0].endswith("done")
