@@ -199,11 +199,15 @@ class AsyncEnvAgent(Protocol):
 
     sees_budget: bool
 
-    def start(self, env: Environment, seed: int) -> None: ...
+    def start(self, env: Environment, seed: int) -> None:
+        """Prepare for a new episode of ``env`` (already reset)."""
+        ...
 
     async def act(
         self, observation: str, notice: str | None, turns_remaining: int | None
-    ) -> str | AgentReply: ...
+    ) -> str | AgentReply:
+        """The action for this turn, as a coroutine the evaluator awaits."""
+        ...
 
 
 def is_async_agent(agent: EnvAgent | AsyncEnvAgent) -> bool:

@@ -74,6 +74,7 @@ class LedgerState:
 
     @property
     def is_final_turn(self) -> bool:
+        """Whether the turn in progress (or the next one) is the last the turn limit allows."""
         return self.turns_remaining == 1
 
     def in_last_share(self, fraction: float) -> bool:
@@ -146,6 +147,7 @@ class Ledger:
 
     # -- reading ---------------------------------------------------------------
     def elapsed(self) -> float:
+        """Wall-clock seconds since this ledger was created, read from its clock now."""
         return self._clock() - self._started
 
     def state(self, *, in_turn: bool = False) -> LedgerState:
@@ -155,9 +157,17 @@ class Ledger:
         return LedgerState(self._limits.copy(), used, in_turn)
 
     def used(self, dimension: str) -> float:
+        """Units of ``dimension`` charged to this ledger so far (wall seconds read now).
+
+        Raises ``KeyError`` for a name that is not a budget dimension.
+        """
         return self.elapsed() if dimension == "wall_seconds" else self._used[dimension]
 
     def limit(self, dimension: str) -> float | None:
+        """This ledger's limit on ``dimension`` after grants (``None`` when unlimited).
+
+        Raises ``KeyError`` for a name that is not a budget dimension.
+        """
         return self._limits[dimension]
 
     def chain(self) -> list[Ledger]:
@@ -321,9 +331,11 @@ class Ledger:
             return dict(self._limits)
 
     def counts(self) -> dict[str, float]:
+        """Usage of this ledger in every dimension (a copy; wall seconds read now)."""
         used = dict(self._used)
         used["wall_seconds"] = self.elapsed()
         return used
 
     def limits(self) -> dict[str, float | None]:
+        """This ledger's limits in every dimension after grants (a copy; ``None``: unlimited)."""
         return dict(self._limits)

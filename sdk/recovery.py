@@ -83,4 +83,5 @@ class RecoveryTracker:
 
     @property
     def unrecovered(self) -> int:
+        """Mistakes since the last successful step, not yet recovered from."""
         return len(self._pending)

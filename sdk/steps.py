@@ -43,10 +43,12 @@ class TurnOwner(Protocol):
     """What a :class:`Turn` asks of the episode that opened it."""
 
     @property
-    def controller(self) -> BudgetController: ...
+    def controller(self) -> BudgetController:
+        """The controller whose retry, content-capture and accounting settings the turn follows."""
 
     @property
-    def ledger(self) -> Ledger: ...
+    def ledger(self) -> Ledger:
+        """The episode's ledger, charged for the turn's usage and read for wall time left."""
 
     def charge_resend(self) -> None:
         """Charge a turn again before a refunded request is resent.
@@ -71,7 +73,8 @@ class ToolOwner(Protocol):
     """What a :class:`ToolCall` asks of the episode that charged it."""
 
     @property
-    def controller(self) -> BudgetController: ...
+    def controller(self) -> BudgetController:
+        """The controller whose content-capture setting decides what the call's span records."""
 
     def tool_finished(self, call: ToolCall, mistake: MistakeKind | None, detail: str) -> None:
         """``call`` ended: a success (``mistake`` is ``None``) or a mistake of that kind."""

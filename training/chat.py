@@ -50,6 +50,7 @@ class TokenDrift:
     actual: tuple[int, ...]
 
     def describe(self) -> str:
+        """One line naming the first differing position and both id runs (re-render, rollout)."""
         return (
             f"token drift at position {self.position}: re-render has {list(self.expected)}, "
             f"rollout has {list(self.actual)}"
@@ -87,18 +88,24 @@ class ChatCodec:
         self._glue_prefix, self._glue_suffix = self._probe_glue()
 
     def render(self, messages: Sequence[dict[str, str]], *, generation_prompt: bool) -> str:
+        """``messages`` as text through the tokenizer's chat template; ``generation_prompt``
+        appends the assistant generation prompt."""
         text = self.tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=generation_prompt
         )
         return str(text)
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added (the template text holds them)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens (EOS, template markers) kept."""
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def opening_messages(self, instructions: str, first_message: str) -> list[dict[str, str]]:
+        """The opening chat: ``instructions`` as the system message and ``first_message`` as
+        the user message, or both in one user message when ``use_system_role`` is off."""
         if self.use_system_role:
             return [
                 {"role": "system", "content": instructions},

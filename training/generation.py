@@ -67,7 +67,9 @@ class TokenGenerator(Protocol):
 
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
-    ) -> list[Generation]: ...
+    ) -> list[Generation]:
+        """One generation of at most ``max_new_tokens`` ids per request, in request order."""
+        ...
 
 
 #: A scripted agent: the request (live environment, latest message, ledger state) -> action text.
@@ -85,6 +87,8 @@ class ScriptedGenerator:
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:
+        """The agent's action text for each request, encoded and ended with EOS; cut at
+        ``max_new_tokens`` ids (then not ``stopped``)."""
         out = []
         for req in requests:
             ids = [*self.tokenizer.encode(self.agent(req), add_special_tokens=False)]
@@ -140,6 +144,7 @@ class ModelGenerator:
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:
+        """Sample the next response from each request's context ids (see :meth:`generate_ids`)."""
         return self.generate_ids([r.context_ids for r in requests], max_new_tokens)
 
     def generate_ids(

@@ -16,6 +16,8 @@ RolloutSummary = dict[str, Any]
 
 
 def summary_of(r: Rollout) -> RolloutSummary:
+    """Reduce a rollout to its budget, reward, success, turns, termination, token counts
+    and whether its token ids drifted."""
     return {
         "budget": r.budget.turns,
         "reward": r.reward,
@@ -83,14 +85,17 @@ class MetricsLog:
         staged.replace(self.path)
 
     def write(self, record: Mapping[str, Any]) -> None:
+        """Append ``record`` to the log as one JSON line."""
         with self.path.open("a") as fh:
             fh.write(json.dumps(dict(record)) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
+        """Every record of the log in order (none when the file does not exist yet)."""
         if not self.path.exists():
             return []
         return [json.loads(line) for line in self.path.read_text().splitlines() if line]
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Append each of ``records`` to the log, one JSON line apiece."""
         for r in records:
             self.write(r)

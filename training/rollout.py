@@ -113,6 +113,7 @@ class Rollout:
 
     @property
     def sampled_tokens(self) -> int:
+        """How many ids of ``response_ids`` the model sampled (environment-message ids excluded)."""
         return sum(self.response_mask)
 
 

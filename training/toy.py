@@ -41,9 +41,11 @@ class EchoEnv:
         self.position = 0
 
     def instructions(self) -> str:
+        """The task statement: reply with the letter after ``echo`` and nothing else."""
         return "Reply with the letter after 'echo', nothing else."
 
     def reset(self, seed: int) -> str:
+        """Draw the episode's letter sequence from ``seed``; returns ``echo <first letter>``."""
         rng = random.Random(seed)
         length = rng.randint(self.min_len, self.max_len)
         self.targets = [rng.choice(self.letters) for _ in range(length)]
@@ -52,9 +54,12 @@ class EchoEnv:
 
     @property
     def target(self) -> str:
+        """The letter the episode asks for now."""
         return self.targets[self.position]
 
     def step(self, action: str) -> StepResult:
+        """Advance on the asked letter (reward 1.0 and done after the last); otherwise ask
+        again, labelled ``env_action_failed`` for another letter, ``model_format_error`` else."""
         answer = action.strip()
         if answer == self.target:
             self.position += 1

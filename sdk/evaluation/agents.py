@@ -25,7 +25,10 @@ class ScriptedEnvAgent:
         self.sees_budget = sees_budget
 
     def start(self, env: Environment, seed: int) -> None:
+        """Reset the scripted agent for a new episode of ``env`` with the episode seed."""
         self.agent.reset(env, seed)
 
     def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
+        """The scripted agent's action; ``notice`` is ignored, ``turns_remaining`` is
+        passed on only when ``sees_budget`` (``None`` otherwise)."""
         return self.agent.act(observation, turns_remaining if self.sees_budget else None)

@@ -201,6 +201,7 @@ class PassKEstimate:
     method: str
 
     def to_dict(self) -> dict[str, float | int | str]:
+        """The estimate as a JSON-able dict: ``k``, ``value``, ``lo``, ``hi`` and ``method``."""
         return {
             "k": self.k,
             "value": self.value,
@@ -219,6 +220,8 @@ class PassKSummary:
     overall: tuple[PassKEstimate, ...]
 
     def to_dict(self) -> dict[str, object]:
+        """The summary as a JSON-able dict: ``max_k``, the overall estimates and the
+        estimates per task id."""
         return {
             "max_k": self.max_k,
             "overall": [e.to_dict() for e in self.overall],

@@ -91,9 +91,11 @@ class EpisodeRecord:
 
     @property
     def key(self) -> tuple[str, int, int]:
+        """Where the episode sits in the grid: ``(task_id, budget, sample)``, unique per file."""
         return (self.task_id, self.budget, self.sample)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-able dict (tuples as lists); :meth:`from_dict` reads it back."""
         d = asdict(self)
         d["mistake_kinds"] = list(self.mistake_kinds)
         d["turns_to_recover"] = list(self.turns_to_recover)
@@ -227,6 +229,10 @@ class ResultsWriter:
         self._write({"type": "episode", **record.to_dict()})
 
     def write_many(self, records: Iterable[EpisodeRecord]) -> None:
+        """Append each record whose key is not in the file yet (see :meth:`write`).
+
+        Raises ``ConfigError`` when used outside the writer's with-block.
+        """
         for r in records:
             self.write(r)
 

@@ -68,6 +68,7 @@ class Step:
 
     @property
     def ok(self) -> bool:
+        """Whether the step was a successful one: a valid action with no mistake."""
         return self.valid and self.mistake is None
 
 
