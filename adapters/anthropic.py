@@ -36,6 +36,7 @@ for :func:`budgetmix.adapters.run_agent`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from budgetmix._deps import require
@@ -43,11 +44,11 @@ from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import anthropic as wire
 from budgetmix.adapters.base import (
-    ChatModelBase,
     Messages,
     ModelRequest,
     ModelResponse,
     Notice,
+    SDKChatModel,
     ToolChoice,
     Tools,
 )
@@ -147,7 +148,7 @@ class AsyncBudgetedAnthropic(_Wrapper):
 
 
 # -- ChatModel for the built-in loop ---------------------------------------------------
-class AnthropicChatModel(ChatModelBase[dict[str, Any], Any]):
+class AnthropicChatModel(SDKChatModel):
     """A :class:`~budgetmix.adapters.base.ChatModel` (and ``AsyncChatModel``) over Anthropic
     Messages, for :func:`budgetmix.adapters.run_agent`. The loop charges turns and
     retries; SDK errors propagate for its retry policy (the SDK's own retries are off).
@@ -179,12 +180,7 @@ class AnthropicChatModel(ChatModelBase[dict[str, Any], Any]):
         self.request_options = dict(request_options or {})
 
     def request_body(
-        self,
-        messages: Messages,
-        tools: Tools,
-        *,
-        notice: Notice,
-        tool_choice: ToolChoice = "auto",
+        self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
     ) -> dict[str, Any]:
         """The ``messages.create`` arguments for one call."""
         system, messages_out = wire.write_messages(messages)
@@ -208,13 +204,10 @@ class AnthropicChatModel(ChatModelBase[dict[str, Any], Any]):
             call.messages, call.tools, notice=call.notice, tool_choice=call.tool_choice
         )
 
-    def send(self, request: dict[str, Any]) -> Any:
-        """One Messages call."""
-        return self._client.messages.create(**request)
-
-    async def asend(self, request: dict[str, Any]) -> Any:
-        """One async Messages call (needs an ``AsyncAnthropic`` client)."""
-        return await self._client.messages.create(**request)
+    def endpoint(self) -> Callable[..., Any]:
+        """The client's ``messages.create``."""
+        create: Callable[..., Any] = self._client.messages.create
+        return create
 
     def read_reply(self, reply: Any, request: dict[str, Any]) -> ModelResponse:
         """An Anthropic ``Message`` -> :class:`ModelResponse`."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -28,6 +28,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Notice",
+    "SDKChatModel",
     "ToolCallRequest",
     "ToolChoice",
     "ToolSpec",
@@ -209,3 +210,20 @@ class ChatModelBase(ABC, Generic[RequestT, ReplyT]):
     @abstractmethod
     def read_reply(self, reply: ReplyT, request: RequestT) -> ModelResponse:
         """``reply`` (to ``request``) in neutral form."""
+
+
+class SDKChatModel(ChatModelBase[dict[str, Any], Any]):
+    """A :class:`ChatModelBase` over a provider SDK: the request is the keyword arguments
+    of the SDK's ``create`` (:meth:`endpoint`), sync or async as the client is."""
+
+    @abstractmethod
+    def endpoint(self) -> Callable[..., Any]:
+        """The SDK's ``create`` to call (looked up per call, so a patched one is used)."""
+
+    def send(self, request: dict[str, Any]) -> Any:
+        """One call (errors propagate: the SDK's own retries are off)."""
+        return self.endpoint()(**request)
+
+    async def asend(self, request: dict[str, Any]) -> Any:
+        """One call through an async client."""
+        return await self.endpoint()(**request)

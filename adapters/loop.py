@@ -126,13 +126,19 @@ class _AgentLoop:
     def __init__(
         self,
         episode: Episode,
-        model_name: str,
         toolbox: Toolbox,
         history: list[ChatMessage],
         *,
+        model_name: str,
         judge: Judge | None,
         pricing: Pricing | None,
     ) -> None:
+        """A run's loop over what :func:`~budgetmix.adapters._agent_setup.prepare` opened;
+        it checks what must hold before the first request and records the opening messages.
+
+        Raises:
+            ConfigError: a cost limit is set and the model has no known price.
+        """
         self.episode = episode
         self.model_name = model_name
         self.toolbox = toolbox
@@ -142,9 +148,6 @@ class _AgentLoop:
         self.output: str | None = None
         self.grace_answer = False
         self.ignored: tuple[ToolCallRequest, ...] = ()
-
-    def open(self) -> None:
-        """Check what must hold before the first request; record the opening messages."""
         if self.episode.ledger.limit("cost_usd") is not None:
             self.pricing.require(self.model_name)
         for message in self.history:
@@ -293,32 +296,6 @@ def _sendable(response: ModelResponse) -> ModelResponse:
     return replace(response, text=text, tool_calls=calls)
 
 
-def _setup(
-    model: Any,
-    tools: Toolbox | Iterable[ToolLike],
-    task: str | Sequence[ChatMessage],
-    budget: Budget | BudgetController,
-    *,
-    system: str | None,
-    max_parallel: int,
-    exhaustion: ExhaustionMode | None,
-    extension: ExtensionPolicy | None,
-    judge: Judge | None,
-    pricing: Pricing | None,
-    name: str | None,
-    metadata: dict[str, Any] | None,
-) -> _AgentLoop:
-    episode, toolbox, history = prepare(
-        model, tools, task, budget, system=system, max_parallel=max_parallel,
-        exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
-    )  # fmt: skip
-    loop = _AgentLoop(
-        episode, str(model.model_name), toolbox, history, judge=judge, pricing=pricing
-    )
-    loop.open()
-    return loop
-
-
 @contextlib.contextmanager
 def _tool_pool(max_parallel: int) -> Iterator[Callable[[], ThreadPoolExecutor]]:
     """A factory of one thread pool for the sync tools, started on first use and shut
@@ -381,11 +358,10 @@ def run_agent(
     """
     if not callable(getattr(model, "complete", None)):
         raise ConfigError(f"model {model!r} has no complete(); use arun_agent for async models")
-    loop = _setup(
+    loop = _AgentLoop(*prepare(
         model, tools, task, budget, system=system, max_parallel=max_parallel,
-        exhaustion=exhaustion, extension=extension, judge=judge, pricing=pricing,
-        name=name, metadata=metadata,
-    )  # fmt: skip
+        exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
+    ), model_name=str(model.model_name), judge=judge, pricing=pricing)  # fmt: skip
     with _tool_pool(max_parallel) as pool, loop.episode:
         while (turn := loop.next_turn()) is not None:
             with turn:
@@ -428,11 +404,10 @@ async def arun_agent(
     complete = getattr(model, "complete", None)
     if not callable(acomplete) and not callable(complete):
         raise ConfigError(f"model {model!r} has neither acomplete() nor complete()")
-    loop = _setup(
+    loop = _AgentLoop(*prepare(
         model, tools, task, budget, system=system, max_parallel=max_parallel,
-        exhaustion=exhaustion, extension=extension, judge=judge, pricing=pricing,
-        name=name, metadata=metadata,
-    )  # fmt: skip
+        exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
+    ), model_name=str(model.model_name), judge=judge, pricing=pricing)  # fmt: skip
 
     async def call_model(req: ModelRequest) -> ModelResponse:
         kwargs: dict[str, Any] = {"notice": req.notice, "tool_choice": req.tool_choice}

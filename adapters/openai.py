@@ -51,6 +51,7 @@ for :func:`budgetmix.adapters.run_agent` (the loop charges turns itself).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from budgetmix._deps import require
@@ -58,11 +59,11 @@ from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint
 from budgetmix.adapters._turn import plain_json, send_as_is
 from budgetmix.adapters._wire import chat
 from budgetmix.adapters.base import (
-    ChatModelBase,
     Messages,
     ModelRequest,
     ModelResponse,
     Notice,
+    SDKChatModel,
     ToolChoice,
     Tools,
 )
@@ -108,7 +109,7 @@ class AsyncBudgetedOpenAI(_Wrapper):
 
 
 # -- ChatModel for the built-in loop ---------------------------------------------------
-class OpenAIChatModel(ChatModelBase[dict[str, Any], Any]):
+class OpenAIChatModel(SDKChatModel):
     """A :class:`~budgetmix.adapters.base.ChatModel` (and ``AsyncChatModel``) over Chat
     Completions, for :func:`budgetmix.adapters.run_agent`.
 
@@ -148,12 +149,7 @@ class OpenAIChatModel(ChatModelBase[dict[str, Any], Any]):
         self.sdk_transform = sdk_transform
 
     def request_body(
-        self,
-        messages: Messages,
-        tools: Tools,
-        *,
-        notice: Notice,
-        tool_choice: ToolChoice = "auto",
+        self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
     ) -> dict[str, Any]:
         """The ``create`` arguments for one call (also useful to inspect what is sent)."""
         wire = chat.write_messages(messages)
@@ -178,13 +174,10 @@ class OpenAIChatModel(ChatModelBase[dict[str, Any], Any]):
             send_as_is(body, "messages", sdk_sees=[])
         return body
 
-    def send(self, request: dict[str, Any]) -> Any:
-        """One Chat Completions call."""
-        return self._client.chat.completions.create(**request)
-
-    async def asend(self, request: dict[str, Any]) -> Any:
-        """One async Chat Completions call (needs an ``AsyncOpenAI`` client)."""
-        return await self._client.chat.completions.create(**request)
+    def endpoint(self) -> Callable[..., Any]:
+        """The client's ``chat.completions.create``."""
+        create: Callable[..., Any] = self._client.chat.completions.create
+        return create
 
     def read_reply(self, reply: Any, request: dict[str, Any]) -> ModelResponse:
         """A Chat Completions response -> :class:`ModelResponse` (its first choice)."""
