@@ -153,6 +153,7 @@ class LiveEpisode:
         )
 
     def point(self) -> DecisionPoint:
+        """Record the decision the policy faces now (state, turns left, history)."""
         state = self.ledger.state(in_turn=True)
         p = DecisionPoint(
             task_id=self.task.task_id,
@@ -170,6 +171,8 @@ class LiveEpisode:
         return p
 
     def apply(self, point: DecisionPoint, action: str, q: QFunction | None, tol: float) -> None:
+        """Take ``action`` at ``point``: a mistake when it loses more than ``tol`` in ``q``
+        (or the environment labels it one); then end the episode or charge the next turn."""
         mistake = False
         if q is not None:
             mistake = _loss(q, point, action) > tol
@@ -189,6 +192,7 @@ class LiveEpisode:
             self._push_user(result.observation)
 
     def trace(self) -> EpisodeTrace:
+        """The finished episode as an :class:`EpisodeTrace`."""
         return EpisodeTrace(
             task_id=self.task.task_id,
             seed=self.task.seed,

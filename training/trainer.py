@@ -103,6 +103,7 @@ class Trainer:
     # -- plumbing ------------------------------------------------------------------
     @property
     def policy(self) -> Any:
+        """The model being trained, unwrapped from accelerate's distributed wrapper."""
         return self.acc.unwrap_model(self.model)
 
     def _generator_states(self) -> dict[str, torch.Tensor]:
