@@ -141,7 +141,8 @@ class ChatModel(Protocol):
 
     def complete(
         self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
-    ) -> ModelResponse: ...
+    ) -> ModelResponse:
+        """One model call: the reply to ``messages`` with ``tools`` offered and ``notice`` shown."""
 
 
 @runtime_checkable
@@ -153,7 +154,8 @@ class AsyncChatModel(Protocol):
 
     async def acomplete(
         self, messages: Messages, tools: Tools, *, notice: Notice, tool_choice: ToolChoice = "auto"
-    ) -> ModelResponse: ...
+    ) -> ModelResponse:
+        """One model call, awaited: as :meth:`ChatModel.complete`."""
 
 
 RequestT = TypeVar("RequestT")

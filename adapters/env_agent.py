@@ -74,6 +74,7 @@ class ChatModelEnvAgent:
             self.act = self._act_async  # type: ignore[method-assign,assignment]
 
     def start(self, env: Environment, seed: int) -> None:
+        """Begin an episode of ``env``: the system prompt and the environment's instructions."""
         text = "\n\n".join(p for p in (self.system_prompt, env.instructions()) if p)
         self._messages = [ChatMessage(role="system", content=text)]
         self._rng = random.Random(seed)
@@ -94,6 +95,7 @@ class ChatModelEnvAgent:
     def act(
         self, observation: str, notice: str | None, turns_remaining: int | None
     ) -> str | AgentReply:
+        """The model's reply to ``observation`` (with the notice shown), as the next action."""
         request = self._request(observation)
         shown = notice if self.sees_budget else None
         complete: Callable[..., ModelResponse] = self.model.complete

@@ -159,6 +159,7 @@ class BudgetTransport(_Transport[SyncSleep], httpx.BaseTransport):
         return core.finish_json(plan, response, content)
 
     def close(self) -> None:
+        """Close the wrapped transport."""
         if self._inner is not None:
             self._inner.close()
 
@@ -198,5 +199,6 @@ class AsyncBudgetTransport(_Transport[AsyncSleep], httpx.AsyncBaseTransport):
         return core.finish_json(plan, response, content)
 
     async def aclose(self) -> None:
+        """Close the wrapped transport."""
         if self._inner is not None:
             await self._inner.aclose()

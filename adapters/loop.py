@@ -92,14 +92,17 @@ class AgentRun:
 
     @property
     def status(self) -> EpisodeStatus:
+        """How the episode ended."""
         return self.result.status
 
     @property
     def success(self) -> bool:
+        """Whether the episode ended in success."""
         return self.result.success
 
     @property
     def turns_used(self) -> int:
+        """Turns the episode used."""
         return self.result.turns_used
 
 

@@ -170,6 +170,7 @@ class Tool:
 
     @property
     def name(self) -> str:
+        """The tool's name, as the model calls it."""
         return self.spec.name
 
     @classmethod

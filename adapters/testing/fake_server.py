@@ -204,15 +204,19 @@ class FakeTransport:
         )
 
     def handle_request(self, request: Any) -> Any:
+        """Answer one request from the script (httpx transport interface)."""
         return self._answer(request, request.read())
 
     async def handle_async_request(self, request: Any) -> Any:
+        """Answer one request from the script, awaited."""
         return self._answer(request, await request.aread())
 
     def close(self) -> None:
+        """Nothing to close: the transport holds no connection."""
         pass
 
     async def aclose(self) -> None:
+        """Nothing to close: the transport holds no connection."""
         pass
 
     def __enter__(self) -> FakeTransport:

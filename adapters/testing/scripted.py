@@ -316,6 +316,7 @@ class MistakeThenRecover:
         *,
         tool_choice: ToolChoice = "auto",
     ) -> ModelResponse:
+        """The next scripted reply to ``messages``, in the configured style."""
         done = sum(1 for m in messages if m.role == "tool" and not m.is_error)
         if tool_choice == "none" or done >= len(self.plan):
             prefix = "" if done >= len(self.plan) else self.partial_prefix
