@@ -20,7 +20,6 @@ from budgetmix.adapters import (
     LocalChatModel,
     Toolbox,
     ToolCallRequest,
-    block_network,
     parse_tool_calls,
     run_agent,
 )
@@ -35,10 +34,7 @@ SPEC = TinyModelSpec(
 HELLO = [ChatMessage(role="user", content="hello")]
 
 
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[None]:
-    with block_network():
-        yield
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from budgetmix import Budget, BudgetController, EpisodeStatus, MistakeKind, ProviderError
@@ -11,7 +10,6 @@ from budgetmix.adapters import (
     ChatMessage,
     FailingModel,
     ScriptedModel,
-    block_network,
     final_answer,
     invalid_json_call,
     run_agent,
@@ -23,11 +21,7 @@ from budgetmix.adapters.loop import REFUSED_BY_BUDGET
 from budgetmix.exceptions import BudgetExhausted, ConfigError
 from budgetmix.retry import RetryPolicy
 
-
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[None]:
-    with block_network():
-        yield
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def add(a: int, b: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from budgetmix import Budget, EpisodeStatus, MistakeKind, current_episode
@@ -14,18 +14,13 @@ from budgetmix.adapters import (
     ScriptedModel,
     ToolSpec,
     arun_agent,
-    block_network,
     final_answer,
     run_agent,
     tool_call,
     tool_calls,
 )
 
-
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[None]:
-    with block_network():
-        yield
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 async def fetch(key: str) -> str:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from budgetmix import Budget, BudgetController, EpisodeStatus, MistakeKind
 from budgetmix.adapters import (
     ScriptedModel,
-    block_network,
     final_answer,
     run_agent,
     tool_call,
@@ -19,11 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[None]:
-    with block_network():
-        yield
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def search(query: str) -> str:
