@@ -130,7 +130,7 @@ class TransportCore:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         if on_exhausted not in ("raise", "respond"):
-            raise ValueError(f"on_exhausted must be 'raise' or 'respond', got {on_exhausted!r}")
+            raise ConfigError(f"on_exhausted: must be 'raise' or 'respond', got {on_exhausted!r}")
         self.max_event = check_int("max_event_bytes", max_event_bytes, minimum=1)
         self.max_body = check_int("max_body_bytes", max_body_bytes, minimum=1)
         self.target = target

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from budgetmix._validate import check_bool, check_int
 from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
+from budgetmix.exceptions import ConfigError
 from budgetmix.policies._from_config import rule_from_config
 from budgetmix.policies.accounting import refund_tools
 from budgetmix.policy import AnyOf, EpisodeView, ExtensionRule, Rule
@@ -150,11 +151,11 @@ class ExtendOnDemand(ExtensionRule):
         """Run the ``request_more_turns`` tool on its parsed arguments; returns its result text.
 
         Raises:
-            ValueError: the arguments do not match :func:`request_more_turns_tool`.
+            ConfigError: the arguments do not match :func:`request_more_turns_tool`.
         """
         unknown = sorted(set(arguments) - {"turns"})
         if unknown or "turns" not in arguments:
-            raise ValueError(
+            raise ConfigError(
                 f"{REQUEST_MORE_TURNS} takes exactly one argument 'turns', got {sorted(arguments)}"
             )
         return request_more_turns_result(self.request(episode, arguments["turns"]))
