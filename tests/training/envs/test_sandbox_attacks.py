@@ -45,15 +45,6 @@ HOOK_OFF = (
 )
 
 
-@pytest.fixture(params=BOUNDARIES)
-def boundary(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    missing = probe_boundary(name)
-    if missing:
-        pytest.skip(missing)
-    return name
-
-
 def run_hostile(code: str, boundary: str, limits: SandboxLimits = LIMITS) -> SandboxResult:
     result = run_python(HOOK_OFF + code, limits=limits, boundary=boundary)
     assert result.boundary == boundary
