@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from budgetmix._validate import check_between, check_int
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
-from budgetmix.notice import DEFAULT_NOTICE_FORMAT
+from budgetmix.notice import DEFAULT_NOTICE_FORMAT, DEFAULT_NOTICE_PLACEMENT, NoticePlacement
 from budgetmix.policies._from_config import rule_from_config
 from budgetmix.policy import NoticeRule, NotifyEveryTurn, Rule
 
@@ -46,6 +46,7 @@ class NotifyWhenAtMost(NoticeRule):
     turns: int | None = None
     fraction: float | None = None
     format: str = DEFAULT_NOTICE_FORMAT
+    placement: NoticePlacement = DEFAULT_NOTICE_PLACEMENT
     config_kind: ClassVar[str] = "at_most"
 
     def __post_init__(self) -> None:
@@ -73,6 +74,7 @@ class NotifyFinalTurn(NoticeRule):
     """A notice on the final turn only."""
 
     format: str = DEFAULT_NOTICE_FORMAT
+    placement: NoticePlacement = DEFAULT_NOTICE_PLACEMENT
     config_kind: ClassVar[str] = "final_turn"
 
     def should_notify(self, state: LedgerState) -> bool:
@@ -85,6 +87,7 @@ class NotifyNever(NoticeRule):
     """No notice on ordinary turns (ablations); ``format`` still renders a grace turn."""
 
     format: str = DEFAULT_NOTICE_FORMAT
+    placement: NoticePlacement = DEFAULT_NOTICE_PLACEMENT
     config_kind: ClassVar[str] = "off"
 
     def should_notify(self, state: LedgerState) -> bool:
@@ -100,6 +103,7 @@ def notice_from_config(
 ) -> Rule[NoticeRule]:
     """Build a notice rule from ``{"kind": ..., "format": ...}`` (or just the kind name).
 
+    Every kind takes ``placement`` (``"ephemeral"``, the default, or ``"observation"``).
     Kinds: ``every_turn``, ``at_most`` (``turns`` and/or ``fraction``), ``final_turn``,
     ``off``, ``any`` (``of``: a list of rule configs). ``None`` gives the default,
     :class:`~budgetmix.policy.NotifyEveryTurn` in format ``v1``.

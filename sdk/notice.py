@@ -16,19 +16,36 @@ and the like. Format ``v1-compact`` carries the turn facts only, in fewer bytes
 (``[budget v1c] turn 3/10, 8 left``), for small models trained from scratch.
 Format ``v1-remaining-only`` states only what is left (``Budget (v1r): 8 turns
 left including this one.``), for ablations of whether the total matters.
+
+Where the notice goes is a policy too, :data:`NoticePlacement` (see docs/layout.md):
+
+* ``"ephemeral"`` (the default, for API models not trained with budgetmix): a
+  trailing message for this one request, never stored in the history;
+* ``"observation"`` (for models trained with budgetmix, and what training uses):
+  appended to the content of the turn's latest observation (its last ``tool``
+  message, else the latest ``user`` message) after :data:`NOTICE_SEPARATOR`, and
+  kept in the history, so every later request carries the same bytes: the prompt
+  prefix stays cache-stable and training and deployment see the same tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
 
 __all__ = [
     "DEFAULT_NOTICE_FORMAT",
+    "DEFAULT_NOTICE_PLACEMENT",
     "NOTICE_FORMATS",
+    "NOTICE_PLACEMENTS",
+    "NOTICE_SEPARATOR",
+    "NoticePlacement",
+    "append_notice",
+    "observation_index",
+    "place_notice_openai_chat",
     "render_notice",
     "with_notice_anthropic",
     "with_notice_openai_chat",
@@ -36,6 +53,14 @@ __all__ = [
 ]
 
 DEFAULT_NOTICE_FORMAT = "v1"
+
+#: Where the notice goes: a message of its own for one request, or into the observation.
+NoticePlacement = Literal["ephemeral", "observation"]
+#: Every placement, default first.
+NOTICE_PLACEMENTS: tuple[NoticePlacement, ...] = ("ephemeral", "observation")
+DEFAULT_NOTICE_PLACEMENT: NoticePlacement = "ephemeral"
+#: Between an observation and the notice placed in it: the notice is its last line.
+NOTICE_SEPARATOR = "\n"
 
 
 def _num(x: float) -> str:
@@ -150,4 +175,75 @@ def with_notice_anthropic(messages: Sequence[Any], notice: str) -> list[Any]:
         out[-1] = last
     else:
         out.append({"role": "user", "content": [block]})
+    return out
+
+
+# -- placement: into the latest observation, kept in the history ---------------------
+def append_notice(content: str, notice: str) -> str:
+    """``content`` followed by :data:`NOTICE_SEPARATOR` and ``notice`` (placement
+    ``"observation"``); the one spelling of a notice-bearing observation."""
+    return f"{content}{NOTICE_SEPARATOR}{notice}"
+
+
+def observation_index(roles: Sequence[str]) -> int | None:
+    """Index of the turn's latest observation among messages with these ``roles``.
+
+    The turn is what follows the last ``assistant`` message: its last ``tool``
+    message, else its last ``user`` message; ``None`` when the turn holds neither
+    (then placement ``"observation"`` adds the notice as a user message of its own).
+    """
+    start = 0
+    for i, role in enumerate(roles):
+        if role == "assistant":
+            start = i + 1
+    turn = list(roles[start:])
+    for wanted in ("tool", "user"):
+        for i in range(len(turn) - 1, -1, -1):
+            if turn[i] == wanted:
+                return start + i
+    return None
+
+
+def _with_notice_in_content(content: Any, notice: str) -> Any:
+    if isinstance(content, str) or content is None:
+        return append_notice(content or "", notice)
+    parts = list(content)  # Chat Completions content parts
+    last = parts[-1] if parts else None
+    if isinstance(last, dict) and last.get("type") == "text":
+        parts[-1] = {**last, "text": append_notice(str(last.get("text", "")), notice)}
+    else:
+        parts.append({"type": "text", "text": append_notice("", notice)})
+    return parts
+
+
+def place_notice_openai_chat(
+    messages: Sequence[Any], notice: str, placement: NoticePlacement
+) -> list[Any]:
+    """Chat Completions ``messages`` carrying ``notice`` where ``placement`` says (a new list).
+
+    ``"ephemeral"``: :func:`with_notice_openai_chat` (a trailing user message).
+    ``"observation"``: a copy of the turn's latest observation
+    (:func:`observation_index`) with the notice appended to its content
+    (:func:`append_notice`; for content parts, to the last text part), or a new
+    user message holding the notice when the turn has no observation. Whoever
+    keeps the history stores the result, so later requests repeat the same bytes.
+
+    Raises:
+        ConfigError: ``placement`` is not one of :data:`NOTICE_PLACEMENTS`.
+    """
+    if placement == "ephemeral":
+        return with_notice_openai_chat(messages, notice)
+    if placement != "observation":
+        known = ", ".join(NOTICE_PLACEMENTS)
+        raise ConfigError(f"unknown notice placement {placement!r}; known: {known}")
+    out = list(messages)
+    roles = [m.get("role", "") if isinstance(m, dict) else "" for m in out]
+    index = observation_index(roles)
+    if index is None:
+        out.append({"role": "user", "content": notice})
+        return out
+    out[index] = {
+        **out[index],
+        "content": _with_notice_in_content(out[index].get("content"), notice),
+    }
     return out

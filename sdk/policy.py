@@ -25,7 +25,13 @@ from budgetmix._validate import check_choice, shown
 from budgetmix.events import Mistake
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
-from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS
+from budgetmix.notice import (
+    DEFAULT_NOTICE_FORMAT,
+    DEFAULT_NOTICE_PLACEMENT,
+    NOTICE_FORMATS,
+    NOTICE_PLACEMENTS,
+    NoticePlacement,
+)
 
 __all__ = [
     "EXHAUSTION_MODES",
@@ -41,6 +47,7 @@ __all__ = [
     "NotifyEveryTurn",
     "Rule",
     "StepRecord",
+    "notice_placement",
 ]
 
 ExhaustionMode = Literal["end", "raise", "grace"]
@@ -84,16 +91,38 @@ class EpisodeView(Protocol):
 
 @runtime_checkable
 class NoticePolicy(Protocol):
-    """Decides whether the model sees a notice this turn, and in which format."""
+    """Decides whether the model sees a notice this turn, in which format, and where.
+
+    ``placement`` is read through :func:`notice_placement`, so a policy written
+    before placements existed (no such attribute) still means ``"ephemeral"``.
+    """
 
     @property
     def format(self) -> str:
         """The registered notice format id (:data:`budgetmix.NOTICE_FORMATS`)."""
         ...
 
+    @property
+    def placement(self) -> NoticePlacement:
+        """Where the notice goes (:data:`budgetmix.notice.NoticePlacement`): a message of its
+        own for one request (``"ephemeral"``) or into the latest observation, kept
+        (``"observation"``, what training uses)."""
+        ...
+
     def should_notify(self, state: LedgerState) -> bool:
         """Whether the turn in progress carries a notice."""
         ...
+
+
+def notice_placement(policy: object) -> NoticePlacement:
+    """The placement ``policy`` asks for: its ``placement``, ``"ephemeral"`` when it has none
+    (the one reader the controller, the loop and the trainer use).
+
+    Raises:
+        ConfigError: the policy names a placement that does not exist.
+    """
+    value = getattr(policy, "placement", DEFAULT_NOTICE_PLACEMENT)
+    return check_choice(f"{type(policy).__name__}.placement", value, NOTICE_PLACEMENTS)
 
 
 @runtime_checkable
@@ -166,16 +195,22 @@ class Rule(ABC, Generic[F]):
 class NoticeRule(Rule["NoticeRule"]):
     """Base of the notice rules: a :class:`NoticePolicy` that composes.
 
+    Every rule has a ``format`` and a ``placement`` (``"ephemeral"`` by default;
+    ``"observation"`` for models trained with budgetmix, see docs/layout.md).
+
     Raises:
-        ConfigError: ``format`` is not a registered notice format (on construction).
+        ConfigError: ``format`` is not a registered notice format, or ``placement``
+            not a placement (on construction).
     """
 
     __slots__ = ()
     family_name = "notice rule"
     format: str
+    placement: NoticePlacement
 
     def __post_init__(self) -> None:
         check_choice(f"{type(self).__name__}.format", self.format, sorted(NOTICE_FORMATS))
+        check_choice(f"{type(self).__name__}.placement", self.placement, NOTICE_PLACEMENTS)
 
     @abstractmethod
     def should_notify(self, state: LedgerState) -> bool:
@@ -208,12 +243,13 @@ class EarlyStopRule(Rule["EarlyStopRule"]):
 class AnyOf(Rule[F]):
     """Any of ``rules``, asked in order; built by ``rule_a | rule_b``.
 
-    A notice when any rule wants one (all must use one format), the first grant,
-    the first reason to stop. Nested :class:`AnyOf` members are flattened.
+    A notice when any rule wants one (all must use one format and one placement),
+    the first grant, the first reason to stop. Nested :class:`AnyOf` members are
+    flattened.
 
     Raises:
         ConfigError: no rules, a member that is not a rule, rules of different
-            families, or notice rules with different formats.
+            families, or notice rules with different formats or placements.
     """
 
     rules: tuple[F, ...]
@@ -237,6 +273,9 @@ class AnyOf(Rule[F]):
             formats = sorted({rule.format for rule in flat})
             if len(formats) > 1:
                 raise ConfigError(f"AnyOf.rules mix notice formats: {', '.join(formats)}")
+            places = sorted({rule.placement for rule in flat})
+            if len(places) > 1:
+                raise ConfigError(f"AnyOf.rules mix notice placements: {', '.join(places)}")
         object.__setattr__(self, "rules", tuple(flat))
 
     def family(self) -> type[Rule[Any]]:
@@ -247,6 +286,11 @@ class AnyOf(Rule[F]):
     def format(self: AnyOf[NoticeRule]) -> str:
         """The notice format every member uses."""
         return self.rules[0].format
+
+    @property
+    def placement(self: AnyOf[NoticeRule]) -> NoticePlacement:
+        """The notice placement every member uses."""
+        return self.rules[0].placement
 
     def should_notify(self: AnyOf[NoticeRule], state: LedgerState) -> bool:
         """Whether any member notifies on this turn."""
@@ -278,6 +322,7 @@ class NotifyEveryTurn(NoticeRule):
     """A notice on every turn: the controller's default, and what training uses."""
 
     format: str = DEFAULT_NOTICE_FORMAT
+    placement: NoticePlacement = DEFAULT_NOTICE_PLACEMENT
     config_kind: ClassVar[str] = "every_turn"
 
     def should_notify(self, state: LedgerState) -> bool:

@@ -83,7 +83,7 @@ def test_defaults() -> None:
     assert bundle == PolicyConfig() == policy_from_config(None)
     assert bundle.notice == NotifyEveryTurn()
     assert bundle.to_config() == {
-        "notice": {"kind": "every_turn", "format": "v1"},
+        "notice": {"kind": "every_turn", "format": "v1", "placement": "ephemeral"},
         "exhaustion": "end",
         "extension": None,
         "early_stop": None,
