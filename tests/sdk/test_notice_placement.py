@@ -122,7 +122,7 @@ def test_rules_carry_a_placement_through_their_config() -> None:
 
 
 def test_bad_placements_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="NotifyEveryTurn.placement must be one of"):
+    with pytest.raises(ConfigError, match=r"NotifyEveryTurn\.placement must be one of"):
         NotifyEveryTurn(placement="inline")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"notice\.placement must be one of"):
         notice_from_config({"kind": "every_turn", "placement": "inline"})
@@ -144,5 +144,5 @@ class _BadPolicy(_OldPolicy):
 def test_notice_placement_reads_any_policy() -> None:
     assert notice_placement(_OldPolicy()) == "ephemeral"
     assert notice_placement(NotifyEveryTurn(placement="observation")) == "observation"
-    with pytest.raises(ConfigError, match="_BadPolicy.placement"):
+    with pytest.raises(ConfigError, match=r"_BadPolicy\.placement"):
         notice_placement(_BadPolicy())
