@@ -1,0 +1,206 @@
+"""ToolEnv: tools as typed methods, labelled steps, the text protocol and deployment tools."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from budgetmix import Budget
+from budgetmix.adapters import run_agent
+from budgetmix.adapters.testing import ScriptedModel, final_answer, tool_call, tool_calls
+from budgetmix.environment import Environment, EnvStateError
+from budgetmix.exceptions import ConfigError
+from budgetmix.training.envs.tool_env import (
+    EPISODE_OVER,
+    ToolCallEnvironment,
+    ToolEnv,
+    ToolMistake,
+    ToolResult,
+    env_tool,
+    is_tool_env,
+)
+
+
+class Counter(ToolEnv):
+    """Reach a target by adding 1 to 3 at a time, then submit."""
+
+    name = "counter"
+
+    def instructions(self) -> str:
+        return "Reach the target with add, then submit."
+
+    def start(self, seed: int) -> str:
+        self.target, self.value = 3 + seed % 4, 0
+        return f"Target: {self.target}"
+
+    @env_tool
+    def add(self, amount: int) -> ToolResult:
+        """Add to the counter.
+
+        Args:
+            amount: 1, 2 or 3.
+        """
+        if not 1 <= amount <= 3:
+            raise ToolMistake(f"amount must be 1-3, got {amount}")
+        before = abs(self.target - self.value)
+        self.value += amount
+        return ToolResult(
+            output=f"value {self.value}", progress=abs(self.target - self.value) < before
+        )
+
+    @env_tool(name="submit")
+    def submit_value(self) -> ToolResult:
+        """Submit the counter's value (ends the episode)."""
+        ok = self.value == self.target
+        return ToolResult(output="correct" if ok else "wrong", done=True, success=ok)
+
+    @env_tool
+    def peek(self, what: Literal["value", "target"]) -> dict[str, int]:
+        """Read the value or the target."""
+        if what == "value":
+            return {"value": self.value}
+        raise RuntimeError("target is secret")
+
+
+def test_protocols_and_specs() -> None:
+    env = Counter()
+    assert isinstance(env, ToolCallEnvironment) and isinstance(env, Environment)
+    assert is_tool_env(env) and not is_tool_env(object())
+    specs = env.tool_specs()
+    assert [s.name for s in specs] == ["add", "submit", "peek"]
+    add = specs[0]
+    assert add.description == "Add to the counter."
+    assert add.parameters["properties"]["amount"] == {
+        "type": "integer",
+        "description": "1, 2 or 3.",
+    }
+    assert add.parameters["required"] == ["amount"]
+    assert specs[2].parameters["properties"]["what"]["enum"] == ["value", "target"]
+
+
+def test_every_outcome_is_labelled() -> None:
+    env = Counter()
+    env.reset(0)
+    cases = [
+        (env.call_tool("nope", "{}"), False, "unknown_tool"),
+        (env.call_tool("add", "{amount: 1}"), False, "invalid_tool_arguments"),
+        (env.call_tool("add", '{"amount": "1"}'), False, "invalid_tool_arguments"),  # strict
+        (env.call_tool("add", '{"amount": 9}'), True, "env_action_failed"),
+        (env.call_tool("peek", '{"what": "target"}'), True, "tool_error"),
+    ]
+    for result, valid, mistake in cases:
+        assert (result.label.valid, result.label.mistake) == (valid, mistake)
+        assert not result.done and result.reward == 0.0
+    assert cases[0][0].observation == "Unknown tool 'nope'. Available tools: add, peek, submit."
+    assert cases[3][0].observation == "amount must be 1-3, got 9"
+    assert cases[4][0].observation == "Error: RuntimeError: target is secret"
+    ok = env.call_tool("add", '{"amount": 2}')
+    assert ok.label == ok.label.__class__(progress=True) and ok.observation == "value 2"
+    assert env.call_tool("peek", '{"what": "value"}').observation == '{"value":2}'
+    assert env.steps == 7 and env.value == 2
+
+
+def test_a_tool_ends_the_episode_with_its_reward() -> None:
+    env = Counter()
+    env.reset(0)
+    env.call_tool("add", '{"amount": 3}')
+    final = env.call_tool("submit", "")  # "" means no arguments, as providers send it
+    assert (final.done, final.success, final.reward, final.observation) == (
+        True,
+        True,
+        1.0,
+        "correct",
+    )
+    with pytest.raises(EnvStateError):
+        env.call_tool("add", '{"amount": 1}')
+    env.reset(1)
+    assert not env.done and env.steps == 0
+    lost = env.call_tool("submit", "{}")
+    assert lost.done and not lost.success and lost.reward == 0.0
+
+
+def test_a_reply_without_a_tool_call_ends_the_episode_by_default() -> None:
+    env = Counter()
+    with pytest.raises(EnvStateError, match="reset"):
+        env.respond("hi")
+    env.reset(0)
+    result = env.respond("I give up")
+    assert (
+        result.done and not result.success and result.label.detail == "replied without a tool call"
+    )
+
+
+def test_text_protocol_reads_hermes_blocks() -> None:
+    env = Counter()
+    env.reset(0)
+    two = '<tool_call>{"name": "add", "arguments": {"amount": 9}}</tool_call>\n' + (
+        '<tool_call>{"name": "add", "arguments": {"amount": 3}}</tool_call>'
+    )
+    result = env.step(two)
+    assert result.observation == "amount must be 1-3, got 9\nvalue 3"
+    assert result.label.mistake == "env_action_failed" and result.label.progress
+    assert result.info["calls"] == 2
+    done = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
+    assert done.done and done.success
+
+
+def test_bad_tool_declarations_fail_when_the_class_is_defined() -> None:
+    with pytest.raises(ConfigError, match="synchronous"):
+
+        class Async(ToolEnv):
+            @env_tool
+            async def go(self) -> str:
+                return ""
+
+    with pytest.raises(ConfigError, match="two tools are named 'a'"):
+
+        class Twice(ToolEnv):
+            @env_tool(name="a")
+            def one(self) -> str:
+                return ""
+
+            @env_tool(name="a")
+            def two(self) -> str:
+                return ""
+
+    class Plain(Counter):
+        def peek(self, what: str) -> dict[str, int]:  # type: ignore[override]
+            return {}
+
+    assert [s.name for s in Plain().tool_specs()] == ["add", "submit"]
+    assert Plain.name == "counter"
+
+    class Unnamed(ToolEnv):
+        pass
+
+    assert Unnamed.name == "Unnamed" and Unnamed().tool_specs() == ()
+
+
+def test_deployed_under_the_controller() -> None:
+    env = Counter()
+    task = env.reset(0)
+    model = ScriptedModel(
+        [
+            tool_calls(tool_call("add", {"amount": 7})),
+            tool_calls(tool_call("add", {"amount": 3})),
+            tool_calls(tool_call("submit")),
+            final_answer("done"),
+        ]
+    )
+    run = run_agent(
+        model,
+        env.controller_tools(),
+        task,
+        Budget(turns=6),
+        system=env.instructions(),
+        judge=env.judge,
+    )
+    assert run.success and run.turns_used == 4 and env.success
+    assert [m.kind for m in run.result.mistakes] == ["tool_error"]
+    assert len(run.result.recoveries) == 1
+    tool_texts = [m.content for m in run.messages if m.role == "tool"]
+    assert tool_texts[0].endswith("amount must be 1-3, got 7") and tool_texts[1:] == [
+        "value 3",
+        "correct",
+    ]
+    assert env._deployed_call("add", amount=1) == EPISODE_OVER
