@@ -3,6 +3,10 @@ was sent."""
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
+from budgetmix.adapters.testing import FakeLLMServer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,3 +25,78 @@ class Spans:
 
     def named(self, prefix: str) -> list[ReadableSpan]:
         return [s for s in self.finished() if s.name.startswith(prefix)]
+
+
+NOTICE = b"Budget (v1)"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def notices(server: FakeLLMServer) -> list[str]:
+    """The notice each model request carried (its last message's text)."""
+    out = []
+    for request in server.model_requests():
+        body = request.json
+        items = body.get("messages") if "messages" in body else body.get("input")
+        last = items[-1]
+        text = _text(last.get("content"))
+        if isinstance(last.get("content"), list) and last.get("role") == "user":
+            text = _text(last["content"][-1:])  # Anthropic: the block after the results
+        out.append(text)
+    return out
+
+
+def observation_before_notice(body: dict[str, Any]) -> str:
+    """What comes right before the notice: ``"tool"`` when it follows the latest tool
+    result (chat ``tool`` message, Responses ``function_call_output``, Anthropic
+    ``tool_result`` block), ``"user"`` when it follows the task, else what it follows."""
+    if "input" in body:  # Responses
+        items = body["input"]
+        before = items[-2]
+        if before.get("type") == "function_call_output":
+            return "tool"
+        return str(before.get("role", before.get("type")))
+    messages = body["messages"]
+    last = messages[-1]
+    if isinstance(last.get("content"), list) and len(last["content"]) > 1:  # Anthropic
+        block = last["content"][-2]
+        return "tool" if block.get("type") == "tool_result" else str(block.get("type"))
+    return str(messages[-2].get("role"))
+
+
+def assert_prefix_stable(server: FakeLLMServer) -> None:
+    """Every model request's bytes up to its notice are the first bytes of the next
+    request: the history is sent byte for byte as before, so prompt caches hit."""
+    bodies = [r.body for r in server.model_requests()]
+    assert len(bodies) >= 2, "needs two requests to compare"
+    for n, (this, following) in enumerate(itertools.pairwise(bodies)):
+        start = this.rfind(b"{", 0, this.index(NOTICE)) - 1  # before the notice's "," too
+        assert this[:start] == following[:start], (
+            f"request {n + 2} differs from request {n + 1} within its first {start} bytes "
+            f"(first difference at byte {_first_difference(this, following)})"
+        )
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
+
+
+def in_chain(exc: BaseException | None, kind: type[BaseException]) -> bool:
+    """Whether ``kind`` is ``exc`` or in its ``__cause__``/``__context__`` chain."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, kind):
+            return True
+        seen.add(id(e))
+        stack += [e.__cause__, e.__context__]
+    return False
