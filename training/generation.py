@@ -2,8 +2,9 @@
 
 A generator receives the context ids of every active episode and returns the
 sampled ids with their log-probabilities. :class:`ModelGenerator` samples all
-episodes of a batch in one forward pass per token (left padding, explicit
-position ids, the model's KV cache). :class:`ScriptedGenerator` asks a
+episodes of a batch in one forward pass per token and keeps each episode's KV
+cache from one turn to the next (:mod:`budgetmix.training.sampler`), so a
+turn costs only its new ids. :class:`ScriptedGenerator` asks a
 scripted agent for the action text and encodes it, so demonstrations for SFT
 have exactly the token layout of sampled rollouts.
 """
@@ -16,22 +17,9 @@ from typing import Any, Protocol
 
 import torch
 from budgetmix.environment import Environment
+from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
-
-
-def _cache_kwarg() -> str:
-    # transformers 5.x renamed past_key_values to cache; support both spellings.
-    from transformers.modeling_outputs import CausalLMOutputWithPast
-
-    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-
-_CACHE_KWARG = _cache_kwarg()
-
-
-def _cache_of(result: Any) -> Any:
-    return getattr(result, _CACHE_KWARG)
-
+from budgetmix.training.sampler import Generation, KVCacheSampler, SamplingRule, stop_token_ids
 
 __all__ = [
     "DemoAgent",
@@ -45,21 +33,17 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """One active episode asking for its next response."""
+    """One active episode asking for its next response.
+
+    ``episode`` keys the episode's KV cache in :class:`ModelGenerator` (unique
+    among the requests of one call); ``None`` re-reads the whole context.
+    """
 
     context_ids: Sequence[int]
     env: Environment
     message: str
     state: LedgerState
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """Sampled ids (including the EOS when ``stopped``) and one log-prob per id."""
-
-    ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    stopped: bool
+    episode: int | None = None
 
 
 class TokenGenerator(Protocol):
@@ -100,117 +84,102 @@ class ScriptedGenerator:
 
 
 class ModelGenerator:
-    """Batched sampling from a causal LM with its KV cache.
+    """Batched sampling from a causal LM, each episode's KV cache kept across turns.
 
-    ``temperature`` scales logits before sampling; the recorded log-probs are
-    of the tempered distribution, the one the loss uses. ``temperature=0``
-    decodes greedily. ``generator`` makes
-    sampling reproducible (its state is checkpointed by the trainer).
+    A request with an ``episode`` key reuses that episode's cache from the
+    previous call: only the ids after what the cache holds are fed (rewound to
+    the common prefix when the context is not an extension). A request without
+    one re-reads its context. Caches of episodes absent from a call are
+    dropped; :meth:`reset` drops them all (do so whenever the weights change).
+
+    ``stop_token_ids``: every id that ends a response (``eos_token_id`` is
+    added to them; :func:`~budgetmix.training.sampler.stop_token_ids` reads a
+    model's and tokenizer's). ``temperature`` scales logits before sampling;
+    the recorded log-probs are of the tempered distribution, the one the loss
+    uses. ``temperature=0`` decodes greedily. ``generator`` makes sampling
+    reproducible (its state is checkpointed by the trainer).
+
+    Raises:
+        ConfigError: no stop id, a negative temperature or a batch size below 1.
     """
 
     def __init__(
         self,
         model: Any,
         *,
-        eos_token_id: int,
         pad_token_id: int,
+        stop_token_ids: Sequence[int] = (),
+        eos_token_id: int | None = None,
         temperature: float = 1.0,
         batch_size: int = 64,
         generator: torch.Generator | None = None,
     ) -> None:
+        stops = [int(t) for t in stop_token_ids]
+        if eos_token_id is not None and int(eos_token_id) not in stops:
+            stops.insert(0, int(eos_token_id))
+        if not stops:
+            raise ConfigError("ModelGenerator: give stop_token_ids or eos_token_id")
         self.model = model
-        self.eos = eos_token_id
+        self.stop_ids = tuple(stops)
         self.pad = pad_token_id
         self.temperature = temperature
         self.batch_size = batch_size
         self.generator = generator
+        rule = SamplingRule(
+            stop_ids=frozenset(stops),
+            pad_id=pad_token_id,
+            temperature=temperature,
+            generator=generator,
+        )
+        self.sampler = KVCacheSampler(model, rule, batch_size=batch_size)
+
+    @property
+    def eos(self) -> int:
+        """The id that closes a response the generator cut (``eos_token_id``, else the first
+        stop id)."""
+        return self.stop_ids[0]
 
     @classmethod
     def seeded(
         cls, model: Any, tokenizer: Any, *, temperature: float, batch_size: int, seed: int
     ) -> ModelGenerator:
-        """A generator for ``model`` with ``tokenizer``'s EOS and padding (0 when it has
-        none) and its own sampling stream seeded by ``seed`` (serving, diagnostics)."""
+        """A generator for ``model`` stopping at its and ``tokenizer``'s EOS ids, padding with
+        the tokenizer's pad (0 when it has none), with its own sampling stream seeded by
+        ``seed`` (serving, diagnostics)."""
         pad = tokenizer.pad_token_id
         return cls(
             model,
             eos_token_id=int(tokenizer.eos_token_id),
+            stop_token_ids=stop_token_ids(model, tokenizer),
             pad_token_id=int(pad) if pad is not None else 0,
             temperature=temperature,
             batch_size=batch_size,
             generator=torch.Generator().manual_seed(seed),
         )
 
+    def reset(self) -> None:
+        """Drop every episode's cache."""
+        self.sampler.reset()
+
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:
         """Sample the next response from each request's context ids (see :meth:`generate_ids`)."""
-        return self.generate_ids([r.context_ids for r in requests], max_new_tokens)
+        return self.generate_ids(
+            [r.context_ids for r in requests], max_new_tokens, [r.episode for r in requests]
+        )
 
     def generate_ids(
-        self, contexts: Sequence[Sequence[int]], max_new_tokens: int
+        self,
+        contexts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        episodes: Sequence[int | None] | None = None,
     ) -> list[Generation]:
-        """Next response for each context of token ids (serving needs no env or ledger)."""
-        out: list[Generation] = []
-        for start in range(0, len(contexts), self.batch_size):
-            chunk = [list(c) for c in contexts[start : start + self.batch_size]]
-            out.extend(self._generate_batch(chunk, max_new_tokens))
-        return out
+        """Next response for each context of token ids (serving needs no env or ledger);
+        ``episodes`` keys their caches (default: none, every context is re-read).
 
-    @torch.no_grad()
-    def _generate_batch(self, contexts: list[list[int]], max_new_tokens: int) -> list[Generation]:
-        device = next(self.model.parameters()).device
-        width = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), width), self.pad, dtype=torch.long)
-        attn = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ctx in enumerate(contexts):  # left padding: every row ends at the same column
-            ids[row, width - len(ctx) :] = torch.tensor(ctx, dtype=torch.long)
-            attn[row, width - len(ctx) :] = 1
-        ids, attn = ids.to(device), attn.to(device)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            result = self.model(
-                input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True
-            )
-            past = _cache_of(result)
-            logits = result.logits[:, -1, :]
-            next_pos = positions[:, -1] + 1
-            done = torch.zeros(len(contexts), dtype=torch.bool, device=device)
-            sampled: list[torch.Tensor] = []
-            logps: list[torch.Tensor] = []
-            for _ in range(max_new_tokens):
-                if self.temperature == 0.0:  # greedy decoding (serving, evaluation)
-                    logp = torch.log_softmax(logits.float(), dim=-1)
-                    tok = logp.argmax(dim=-1)
-                else:
-                    logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-                    tok = torch.multinomial(logp.exp().cpu(), 1, generator=self.generator)
-                    tok = tok.to(device).squeeze(-1)
-                tok = torch.where(done, torch.full_like(tok, self.pad), tok)
-                sampled.append(tok)
-                logps.append(logp.gather(-1, tok[:, None]).squeeze(-1))
-                done = done | (tok == self.eos)
-                if bool(done.all()):
-                    break
-                attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
-                result = self.model(
-                    input_ids=tok[:, None],
-                    attention_mask=attn,
-                    position_ids=next_pos[:, None],
-                    use_cache=True,
-                    **{_CACHE_KWARG: past},
-                )
-                past = _cache_of(result)
-                logits = result.logits[:, -1, :]
-                next_pos = next_pos + 1
-        finally:
-            self.model.train(was_training)
-        toks = torch.stack(sampled, dim=1).cpu().tolist()
-        lps = torch.stack(logps, dim=1).cpu().tolist()
-        out = []
-        for row_toks, row_lps in zip(toks, lps, strict=True):
-            n = row_toks.index(self.eos) + 1 if self.eos in row_toks else len(row_toks)
-            out.append(Generation(tuple(row_toks[:n]), tuple(row_lps[:n]), self.eos in row_toks))
-        return out
+        Raises:
+            ConfigError: an empty context, an episode key twice, or mismatched lengths.
+        """
+        keys = [None] * len(contexts) if episodes is None else list(episodes)
+        return self.sampler.sample(contexts, keys, max_new_tokens)
