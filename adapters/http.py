@@ -37,9 +37,10 @@ opening messages) and closes with :meth:`BudgetTransport.finish`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
+from budgetmix.adapters._attribution import DEFAULT_CONVERSATION, Unattributed
 from budgetmix.adapters._endpoints import Target
 from budgetmix.adapters._sse import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_EVENT_BYTES
 from budgetmix.adapters._transport import (
@@ -55,8 +56,27 @@ from budgetmix.episode import Episode
 from budgetmix.events import EpisodeResult
 from budgetmix.exceptions import ProviderError
 
+if TYPE_CHECKING:
+    import httpx2
+
+    _Httpx2Base = httpx2.BaseTransport
+    _Httpx2AsyncBase = httpx2.AsyncBaseTransport
+else:
+    try:  # the Anthropic SDK's client library; optional for budgetmix
+        from httpx2 import AsyncBaseTransport as _Httpx2AsyncBase
+        from httpx2 import BaseTransport as _Httpx2Base
+    except ImportError:  # pragma: no cover - exercised only without httpx2
+
+        class _Httpx2Base:
+            pass
+
+        class _Httpx2AsyncBase:
+            pass
+
+
 __all__ = [
     "CONVERSATION_HEADER",
+    "DEFAULT_CONVERSATION",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
     "AsyncBudgetTransport",
@@ -81,8 +101,10 @@ class _Transport(Generic[SleepT]):
         sleep: SleepT | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        unattributed: Unattributed = "share",
     ) -> None:
         self._inner = inner
+        self._default_inner: dict[str, Any] = {}  # by library: httpx, httpx2
         self._core = TransportCore(
             target,
             pricing=pricing,
@@ -90,7 +112,21 @@ class _Transport(Generic[SleepT]):
             sleep=sleep,
             max_event_bytes=max_event_bytes,
             max_body_bytes=max_body_bytes,
+            unattributed=unattributed,
         )
+
+    def _inner_for(self, request: Any, name: str) -> Any:
+        """The transport that really sends: ``inner``, or the request library's own."""
+        if self._inner is not None:
+            return self._inner
+        lib = lib_of(request)
+        inner = self._default_inner.get(lib.__name__)
+        if inner is None:
+            inner = self._default_inner[lib.__name__] = getattr(lib, name)()
+        return inner
+
+    def _opened(self) -> list[Any]:
+        return [self._inner] if self._inner is not None else list(self._default_inner.values())
 
     @property
     def episodes(self) -> dict[str, Episode]:
@@ -100,7 +136,8 @@ class _Transport(Generic[SleepT]):
     def finish(
         self, conversation: str | None = None, *, success: bool = False
     ) -> list[EpisodeResult]:
-        """Close owned episodes (one, or all) and return their results."""
+        """Close owned episodes (one, or all) and return their results; the next request
+        that needs one opens a new one."""
         return self._core.finish(conversation, success=success)
 
 
@@ -108,97 +145,99 @@ SyncSleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
 
 
-class BudgetTransport(_Transport[SyncSleep], httpx.BaseTransport):
-    """Sync transport: ``httpx.Client(transport=BudgetTransport(None, controller))``.
+class BudgetTransport(_Transport[SyncSleep], httpx.BaseTransport, _Httpx2Base):
+    """Sync transport for ``httpx.Client`` and ``httpx2.Client`` alike (an instance of
+    both libraries' ``BaseTransport``): ``httpx2.Client(transport=BudgetTransport(None,
+    controller))`` for the Anthropic SDK 2.x, ``httpx.Client(...)`` for the OpenAI SDK.
 
     Args:
-        inner: the transport that really sends (default: the library's ``HTTPTransport``;
-            ``AsyncHTTPTransport`` for :class:`AsyncBudgetTransport`).
+        inner: the transport that really sends (default: the request library's
+            ``HTTPTransport``; ``AsyncHTTPTransport`` for :class:`AsyncBudgetTransport`).
         target: an :class:`Episode`, a :class:`BudgetController`, or ``None`` (the current
-            episode only).
+            episode only); which episode a request charges is the module's rule.
         pricing: prices for cost (default :data:`DEFAULT_PRICING`).
         on_exhausted: ``"raise"`` (an SDK-safe :class:`BudgetExhausted`) or ``"respond"``
-            (a synthetic final assistant message).
+            (a synthetic final assistant message, streamed when the request streams).
         sleep: waits between retries (tests inject a recorder).
         max_event_bytes: the most one server-sent event may hold (default 16 MiB).
         max_body_bytes: the most one response body may hold, whole or streamed (default
             64 MiB). Past either, reading the response raises
             :class:`~budgetmix.ResponseFormatError` (a ``provider_error`` on the turn).
+        unattributed: with a controller target, what a request that no rule attributes
+            to an episode does: ``"share"`` the transport's own conversation
+            (:data:`DEFAULT_CONVERSATION`, with a warning) or ``"refuse"`` (a
+            :class:`~budgetmix.ConfigError`, nothing sent).
 
     Raises:
-        ConfigError: a limit is not a positive int.
+        ConfigError: a limit is not a positive int, or ``on_exhausted`` /
+            ``unattributed`` is not one of its values.
     """
 
     def handle_request(self, request: Any) -> Any:
         """Budget a model request, or pass any other request through."""
         core = self._core
-        if self._inner is None:
-            self._inner = lib_of(request).HTTPTransport()
-        inner = self._inner
+        inner = self._inner_for(request, "HTTPTransport")
         plan = core.plan(request, request.read())
         if not isinstance(plan, Plan):
             return inner.handle_request(request) if plan is None else plan
 
         def send() -> Any:
             response = inner.handle_request(plan.outgoing)
-            if response.status_code >= 400:  # read here: the retry policy may resend
-                core.within_limit(None, core.limit_body(plan, response, is_async=False).read())
-            return core.check(response)
+            if core.streams(plan, response):
+                return response
+            try:  # read here, inside the retried call, as the SDK wrappers' create does
+                content = core.limit_body(plan, response, is_async=False).read()
+            except BaseException:
+                response.close()
+                raise
+            return core.received(plan, response, content)
 
         try:
             response = plan.req.turn.call(send, sleep=core.sleep)
         except ProviderError as exc:
             return core.failed(plan, exc)
-        if core.is_sse(plan, response):
+        if core.streams(plan, response):
             return core.tapped(plan, response, is_async=False)
-        try:
-            content = core.limit_body(plan, response, is_async=False, record=True).read()
-        except BaseException:
-            response.close()
-            raise
-        return core.finish_json(plan, response, content)
+        return core.finish_json(plan, response)
 
     def close(self) -> None:
-        """Close the wrapped transport."""
-        if self._inner is not None:
-            self._inner.close()
+        """Close the wrapped transport(s)."""
+        for inner in self._opened():
+            inner.close()
 
 
-class AsyncBudgetTransport(_Transport[AsyncSleep], httpx.AsyncBaseTransport):
-    """Async twin of :class:`BudgetTransport`, for ``httpx.AsyncClient`` (and ``httpx2``);
-    the same arguments, with an async ``sleep``."""
+class AsyncBudgetTransport(_Transport[AsyncSleep], httpx.AsyncBaseTransport, _Httpx2AsyncBase):
+    """Async twin of :class:`BudgetTransport`, for ``httpx.AsyncClient`` and
+    ``httpx2.AsyncClient``; the same arguments, with an async ``sleep``."""
 
     async def handle_async_request(self, request: Any) -> Any:
         """Budget a model request, or pass any other request through."""
         core = self._core
-        if self._inner is None:
-            self._inner = lib_of(request).AsyncHTTPTransport()
-        inner = self._inner
+        inner = self._inner_for(request, "AsyncHTTPTransport")
         plan = core.plan(request, await request.aread())
         if not isinstance(plan, Plan):
             return await inner.handle_async_request(request) if plan is None else plan
 
         async def send() -> Any:
             response = await inner.handle_async_request(plan.outgoing)
-            if response.status_code >= 400:
-                limited = core.limit_body(plan, response, is_async=True)
-                core.within_limit(None, await limited.aread())
-            return core.check(response)
+            if core.streams(plan, response):
+                return response
+            try:
+                content = await core.limit_body(plan, response, is_async=True).aread()
+            except BaseException:
+                await response.aclose()
+                raise
+            return core.received(plan, response, content)
 
         try:
             response = await plan.req.turn.acall(send, sleep=core.sleep)
         except ProviderError as exc:
             return core.failed(plan, exc)
-        if core.is_sse(plan, response):
+        if core.streams(plan, response):
             return core.tapped(plan, response, is_async=True)
-        try:
-            content = await core.limit_body(plan, response, is_async=True, record=True).aread()
-        except BaseException:
-            await response.aclose()
-            raise
-        return core.finish_json(plan, response, content)
+        return core.finish_json(plan, response)
 
     async def aclose(self) -> None:
-        """Close the wrapped transport."""
-        if self._inner is not None:
-            await self._inner.aclose()
+        """Close the wrapped transport(s)."""
+        for inner in self._opened():
+            await inner.aclose()

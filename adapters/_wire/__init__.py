@@ -30,6 +30,7 @@ __all__ = [
     "history_key",
     "parse_response",
     "terminal_body",
+    "terminal_stream",
 ]
 
 WireKind = Literal["chat", "responses", "anthropic"]
@@ -68,6 +69,11 @@ _TERMINAL: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "responses": responses.terminal_body,
     "anthropic": anthropic.terminal_body,
 }
+_TERMINAL_STREAM: dict[str, Callable[[str, str], bytes]] = {
+    "chat": chat.terminal_stream,
+    "responses": responses.terminal_stream,
+    "anthropic": anthropic.terminal_stream,
+}
 
 
 def parse_response(kind: WireKind, obj: Any) -> ParsedResponse:
@@ -100,3 +106,9 @@ def history_key(kind: WireKind) -> str:
 def terminal_body(kind: WireKind, model: str, text: str) -> dict[str, Any]:
     """A final assistant message in ``kind``'s shape, for the transport to answer with."""
     return _TERMINAL[kind](model, text)
+
+
+def terminal_stream(kind: WireKind, model: str, text: str) -> bytes:
+    """:func:`terminal_body` as ``kind``'s event stream (``text/event-stream`` bytes), for
+    a request that asked for a stream."""
+    return _TERMINAL_STREAM[kind](model, text)

@@ -25,6 +25,7 @@ from budgetmix.adapters._wire.common import (
     field,
     neutral_response,
     reader,
+    sse_event,
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
@@ -37,6 +38,7 @@ __all__ = [
     "read",
     "read_usage",
     "terminal_body",
+    "terminal_stream",
     "write_messages",
     "write_tools",
 ]
@@ -235,3 +237,25 @@ def terminal_body(model: str, text: str) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": 0, "output_tokens": 0},
     }
+
+
+def terminal_stream(model: str, text: str) -> bytes:
+    """:func:`terminal_body` as the event stream a ``"stream": true`` request reads:
+    ``message_start``, one text block (start, delta, stop), ``message_delta`` (the stop
+    reason) and ``message_stop``."""
+    final = terminal_body(model, text)
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"message": {**final, "content": [], "stop_reason": None}}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_stop", {"index": 0}),
+        (
+            "message_delta",
+            {
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 0},
+            },
+        ),
+        ("message_stop", {}),
+    ]
+    return b"".join(sse_event(kind, {"type": kind, **data}) for kind, data in events)

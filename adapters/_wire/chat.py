@@ -24,6 +24,7 @@ from budgetmix.adapters._wire.common import (
     field,
     neutral_response,
     reader,
+    sse_event,
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
@@ -36,6 +37,7 @@ __all__ = [
     "read",
     "read_usage",
     "terminal_body",
+    "terminal_stream",
     "write_messages",
     "write_tools",
 ]
@@ -239,3 +241,25 @@ def terminal_body(model: str, text: str) -> dict[str, Any]:
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
+
+
+def terminal_stream(model: str, text: str) -> bytes:
+    """:func:`terminal_body` as the event stream a ``"stream": true`` request reads:
+    ``chat.completion.chunk`` events (the text, the finish reason, the usage), then
+    ``[DONE]``."""
+    base = {"id": "chatcmpl-budgetmix", "object": "chat.completion.chunk", "created": 0}
+    base["model"] = model
+
+    def chunk(choices: list[Any], **extra: Any) -> bytes:
+        return sse_event(None, {**base, "choices": choices, **extra})
+
+    delta = {"role": "assistant", "content": text}
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    return b"".join(
+        (
+            chunk([{"index": 0, "delta": delta, "finish_reason": None}]),
+            chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+            chunk([], usage=usage),
+            sse_event(None, "[DONE]"),
+        )
+    )

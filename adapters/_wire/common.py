@@ -31,6 +31,7 @@ __all__ = [
     "neutral_response",
     "reader",
     "repr_bounded",
+    "sse_event",
 ]
 
 
@@ -194,3 +195,11 @@ def neutral_response(parsed: ParsedResponse, finish: Mapping[str, str], raw: Any
         model=parsed.model,
         raw=raw,
     )
+
+
+def sse_event(event: str | None, data: Any) -> bytes:
+    """One server-sent event: an ``event:`` line when named, ``data`` as compact JSON (a
+    string as it is, for ``[DONE]``), and the empty line that ends it."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()

@@ -19,9 +19,17 @@ from budgetmix.adapters._wire.common import (
     as_str,
     as_text,
     field,
+    sse_event,
 )
 
-__all__ = ["StreamReader", "answered_calls", "declared_tool", "read", "terminal_body"]
+__all__ = [
+    "StreamReader",
+    "answered_calls",
+    "declared_tool",
+    "read",
+    "terminal_body",
+    "terminal_stream",
+]
 
 #: ``usage`` field names: input, output, input details (cached tokens are part of input).
 USAGE_FIELDS = ("input_tokens", "output_tokens", "input_tokens_details")
@@ -118,3 +126,32 @@ def terminal_body(model: str, text: str) -> dict[str, Any]:
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }
+
+
+def terminal_stream(model: str, text: str) -> bytes:
+    """:func:`terminal_body` as the event stream a ``"stream": true`` request reads:
+    ``response.created``, the message item's added / text delta / done events, and
+    ``response.completed`` carrying the whole response."""
+    final = terminal_body(model, text)
+    item = final["output"][0]
+    part = item["content"][0]
+    where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    started = {**final, "status": "in_progress", "output": [], "usage": None}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+        (
+            "response.output_item.added",
+            {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
+        ),
+        ("response.content_part.added", {**where, "part": {**part, "text": ""}}),
+        ("response.output_text.delta", {**where, "delta": text, "logprobs": []}),
+        ("response.output_text.done", {**where, "text": text, "logprobs": []}),
+        ("response.content_part.done", {**where, "part": part}),
+        ("response.output_item.done", {"output_index": 0, "item": item}),
+        ("response.completed", {"response": final}),
+    ]
+    return b"".join(
+        sse_event(kind, {"type": kind, "sequence_number": n, **data})
+        for n, (kind, data) in enumerate(events)
+    )

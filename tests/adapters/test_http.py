@@ -16,10 +16,11 @@ from _provider_fakes import (
     Rig,
     make_rig,
 )
-from budgetmix import BudgetExhausted, EpisodeStatus
+from budgetmix import BudgetExhausted, EpisodeStatus, ResponseFormatError
 from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.http import (
     CONVERSATION_HEADER,
+    DEFAULT_CONVERSATION,
     AsyncBudgetTransport,
     BudgetTransport,
     wire_kind,
@@ -188,28 +189,31 @@ def test_other_requests_and_requests_outside_episodes_pass_through() -> None:
     assert t.episodes == {}
 
 
-def test_owned_episodes_per_conversation() -> None:
+def test_requests_outside_episodes_share_the_transports_own_conversation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     rig = make_rig(turns=2)
     t = transport(rig)
     client = openai_client(t)
     a = [{"role": "system", "content": "s"}, {"role": "user", "content": "task A"}]
     b = [{"role": "system", "content": "s"}, {"role": "user", "content": "task B"}]
     client.chat.completions.create(model="gpt-4o", messages=a)
-    client.chat.completions.create(model="gpt-4o", messages=b)
-    client.chat.completions.create(
-        model="gpt-4o", messages=[*a, {"role": "assistant", "content": "x"}, *USER]
-    )
+    client.chat.completions.create(model="gpt-4o", messages=b)  # no fresh budget for B
     with pytest.raises(BudgetExhausted):
         client.chat.completions.create(model="gpt-4o", messages=a)
+    assert rig.net.count == 2
+    assert caplog.text.count("outside any episode") == 1  # said once, not per request
     named = client.with_options(default_headers={CONVERSATION_HEADER: "named"})
     named.chat.completions.create(model="gpt-4o", messages=a)
-    assert len(t.episodes) == 3 and "named" in t.episodes
+    assert sorted(t.episodes) == [DEFAULT_CONVERSATION, "named"]
+    assert CONVERSATION_HEADER not in rig.fake.requests[-1].headers  # not the provider's
     assert all(ep.conversation_id == key for key, ep in t.episodes.items())
     results = t.finish()
-    assert sorted(r.used["turns"] for r in results) == [1, 1, 2]
-    statuses = sorted(str(r.status) for r in results)
-    assert statuses == ["budget_exhausted", "failed", "failed"]
+    assert sorted(r.used["turns"] for r in results) == [1, 2]
+    assert sorted(str(r.status) for r in results) == ["budget_exhausted", "failed"]
     assert t.episodes == {}
+    client.chat.completions.create(model="gpt-4o", messages=a)  # after finish(): a new one
+    assert t.episodes[DEFAULT_CONVERSATION].state.used["turns"] == 1
 
 
 def test_responses_chained_by_previous_response_id_share_an_episode() -> None:
@@ -276,12 +280,15 @@ def test_malformed_bodies_do_not_crash_and_are_recorded() -> None:
     rig = make_rig([Reply(body=b"not json"), Reply(body=b'{"choices": []}')])
     client = openai_client(transport(rig), max_retries=0)
     with rig.controller.episode() as ep:
-        with pytest.raises(ValueError):  # the SDK's own JSON error: the body is not JSON
+        # as the wrapper raises it (tests/adapters/test_transport_paths.py): not retried
+        with pytest.raises(ResponseFormatError) as info:
             client.chat.completions.create(model="gpt-4o", messages=USER)
+        assert isinstance(info.value, openai.OpenAIError)  # the SDK passed it on as is
         empty = client.chat.completions.create(model="gpt-4o", messages=USER)
     assert empty.choices == []
-    assert [str(m.kind) for m in ep.mistakes] == ["model_format_error", "model_format_error"]
-    assert ep.state.used["turns"] == 2
+    assert [str(m.kind) for m in ep.mistakes] == ["provider_error", "model_format_error"]
+    assert ep.state.used["turns"] == 1  # the unreadable one was given back
+    assert rig.net.count == 2
 
 
 def test_transport_records_recoveries_from_the_tool_results_it_forwards() -> None:

@@ -46,7 +46,7 @@ from _hostile_values import (
     streamed,
 )
 from _provider_fakes import ANTHROPIC_MODEL, make_rig
-from budgetmix import Budget, BudgetController, BudgetmixError
+from budgetmix import Budget, BudgetController, BudgetmixError, ResponseFormatError
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import WireKind, accumulator, parse_response
 from budgetmix.adapters.http import BudgetTransport
@@ -178,6 +178,7 @@ def test_a_chain_of_hostile_responses_through_the_transport(kind: WireKind, data
     turns = data.draw(st.lists(st.booleans(), min_size=1, max_size=3), label="streamed")
     replies: list[tuple[bytes, list[int], bool]] = []
     expected = [0, 0]
+    answered = 1  # the good last one
     for is_stream in turns:
         if is_stream:
             events = data.draw(STREAM[kind])
@@ -187,8 +188,10 @@ def test_a_chain_of_hostile_responses_through_the_transport(kind: WireKind, data
             raw = data.draw(WHOLE[kind])
             body, (inp, out) = encode(raw), reported(kind, decoded(raw))
         replies.append((body, data.draw(CUTS), is_stream))
-        expected[0] += inp
-        expected[1] += out
+        if is_stream or _readable(body):  # else refused as the wrappers refuse it
+            answered += 1
+            expected[0] += inp
+            expected[1] += out
     body, (inp, out) = good(kind)
     replies.append((body, data.draw(CUTS), False))
 
@@ -198,9 +201,22 @@ def test_a_chain_of_hostile_responses_through_the_transport(kind: WireKind, data
     with rig.controller.episode() as ep:
         with httpx.Client(transport=BudgetTransport(serve(replies), rig.controller)) as http:
             for (sent, _, _), streamed_turn in zip(replies, [*turns, False], strict=True):
-                response = http.post(url, json={**request, "stream": streamed_turn})
-                assert response.content == sent  # handed on as it came
-        assert_ledger(ep, len(replies), expected[0] + inp, expected[1] + out)
+                if streamed_turn or _readable(sent):
+                    response = http.post(url, json={**request, "stream": streamed_turn})
+                    assert response.content == sent  # handed on as it came
+                    continue
+                with pytest.raises(ResponseFormatError):  # given back, as by the wrappers
+                    http.post(url, json={**request, "stream": streamed_turn})
+        assert_ledger(ep, answered, expected[0] + inp, expected[1] + out)
+
+
+def _readable(body: bytes) -> bool:
+    """Whether a whole body is JSON the transport can read (else a ResponseFormatError)."""
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 # -- through the SDK wrappers: the SDKs' unvalidated models ----------------------------
