@@ -4,8 +4,9 @@ An endpoint (``chat.completions``, ``responses``, ``messages``) budgets ``create
 (whole or ``stream=True``), the SDK's ``parse()`` and ``with_raw_response``:
 charge the turn before sending, send the notice, retry under the controller's
 policy, and record usage, cost and mistakes. Every other attribute is the SDK's,
-except ``with_streaming_response`` inside an episode (its raw bytes are the
-caller's to read, so it is refused rather than run without a budget).
+read from the wrapper's guarded copy of the client (:mod:`budgetmix.adapters._gate`),
+which budgets what reaches a model endpoint (``with_streaming_response``, ...) at the
+HTTP layer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from budgetmix.adapters._wire import WireKind, parse_response
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode, current_episode
-from budgetmix.exceptions import BudgetmixError
 
 __all__ = [
     "AsyncEndpoint",
@@ -77,12 +77,8 @@ class Endpoint:
         )
 
     def __getattr__(self, name: str) -> Any:
-        if name in _UNBUDGETED and resolve_episode(self._owner._target) is not None:
-            # the raw body stream is the caller's to read: refuse rather than not enforce
-            raise BudgetmixError(
-                f"{name} is not budgeted by budgetmix; inside an episode use create(), "
-                "stream(), with_raw_response, or the httpx BudgetTransport, which sees it all"
-            )
+        # ``sdk`` is the wrapper's guarded copy (adapters/_gate.py): what is not budgeted
+        # here (with_streaming_response, ...) is budgeted at the HTTP layer there
         return getattr(self._sdk, name)
 
     def _finish(self, req: TurnRequest, result: Any, *, is_async: bool) -> Any:
@@ -100,9 +96,6 @@ class Endpoint:
             raise req.turn.failed(exc) from exc
         self._finish(req, parsed, is_async=is_async)
         return raw
-
-
-_UNBUDGETED = frozenset({"with_streaming_response"})
 
 
 class SyncEndpoint(Endpoint):

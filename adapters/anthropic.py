@@ -20,8 +20,12 @@ unknown tools or with input that does not match the tool's ``input_schema``, and
 ``tool_result`` with ``is_error: true`` among the results answering the previous
 response (a ``tool_error``, once per ``tool_use_id``, skipped when that call's outcome
 is already known); the other results count as successful steps, which complete
-recoveries. Outside an episode the wrapper is transparent; every other attribute is the
-client's own.
+recoveries. Outside an episode the wrapper is transparent. Every other attribute is
+read from a copy of the client whose HTTP client sends through the budget's gate
+(:mod:`budgetmix.adapters._gate`): inside an episode whatever reaches ``/v1/messages``
+that way (``messages.with_streaming_response``, ``beta.messages``, the SDK's low-level
+``post``) is budgeted at the HTTP layer, other endpoints pass through, and the legacy
+``/v1/complete`` raises :class:`~budgetmix.ConfigError` before anything is sent.
 
 A plain-JSON history (dicts, lists, strings, numbers: what most loops keep) is sent
 through ``extra_body`` without the SDK's per-message request transform, which is the
@@ -40,7 +44,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from budgetmix._deps import require
-from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint, SyncEndpoint
+from budgetmix.adapters._endpoints import AsyncEndpoint, Endpoint, SyncEndpoint
+from budgetmix.adapters._gate import GuardedWrapper
 from budgetmix.adapters._turn import TurnRequest
 from budgetmix.adapters._wire import anthropic as wire
 from budgetmix.adapters.base import (
@@ -127,11 +132,11 @@ class _StreamManager:
             await self._proxy.close()
 
 
-class _Wrapper(ClientWrapper):
+class _Wrapper(GuardedWrapper):
     _messages_cls: type[Endpoint] = Endpoint
 
-    def _attach_endpoints(self, client: Any, raw: Any) -> None:
-        self.messages = self._messages_cls(self, "anthropic", client.messages, raw.messages)
+    def _attach(self, guarded: Any, raw: Any) -> None:
+        self.messages = self._messages_cls(self, "anthropic", guarded.messages, raw.messages)
 
 
 class BudgetedAnthropic(_Wrapper):

@@ -30,10 +30,19 @@ pass ``sdk_transform=True`` when it must see yours.
 The SDK's helpers are budgeted the same way: ``parse()`` (structured outputs),
 ``stream()`` (the SDK's event stream and ``get_final_completion()``, run over the
 budgeted ``create(stream=True)``; the turn is charged when the ``with`` block opens
-it) and ``with_raw_response.create/parse`` (headers and status kept). Only
-``with_streaming_response``, whose raw body the caller reads, raises
-:class:`~budgetmix.BudgetmixError` inside an episode: use
-:mod:`budgetmix.adapters.http`, which sees every byte.
+it) and ``with_raw_response.create/parse`` (headers and status kept);
+``beta.chat.completions`` is the same budgeted endpoint.
+
+No request path skips the budget. Every other attribute is read from a copy of the
+client whose HTTP client sends through the budget's gate (:mod:`budgetmix.adapters._gate`):
+inside an episode, whatever reaches ``/chat/completions`` or ``/responses`` that way is
+budgeted at the HTTP layer with the same turn, notice, retries, usage and spans:
+``with_streaming_response`` (usage read from the body as you read it), the SDK's
+low-level ``post`` / ``request`` (LiteLLM sends through ``client.post``), ``with_options``
+and ``copy`` (wrapped again). Requests to other endpoints (``models``, ``files``...) pass
+through. The legacy ``completions.create`` and WebSocket sessions (``responses.connect``,
+``realtime.connect``, ``live.connect``), which no wire format here reads, raise
+:class:`~budgetmix.ConfigError` inside an episode, before anything is sent.
 
 Tool-call mistakes are recorded with their call ids when the response arrives
 (``{m.call_id for m in ep.mistakes}``): answer such calls with an error rather
@@ -56,6 +65,7 @@ from typing import Any
 
 from budgetmix._deps import require
 from budgetmix.adapters._endpoints import AsyncEndpoint, ClientWrapper, Endpoint, SyncEndpoint
+from budgetmix.adapters._gate import HTTP_INSTEAD, GuardedWrapper, SocketGuard, refuse_in_episode
 from budgetmix.adapters._turn import plain_json, send_as_is
 from budgetmix.adapters._wire import chat
 from budgetmix.adapters.base import (
@@ -83,16 +93,53 @@ class _Namespace:
         return getattr(self._sdk, name)
 
 
-class _Wrapper(ClientWrapper):
-    _endpoint_cls: type[Endpoint] = Endpoint
+class _SocketRefusal:
+    """``responses.connect()`` (a WebSocket session, which no transport sees): refused
+    inside an episode."""
 
-    def _attach_endpoints(self, client: Any, raw: Any) -> None:
+    _owner: ClientWrapper
+    _sdk: Any
+
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """The SDK's ``responses.connect``; outside an episode only.
+
+        Raises:
+            ConfigError: called inside an episode (nothing was sent).
+        """
+        refuse_in_episode(
+            self._owner._target, "responses.connect() (a WebSocket session)", HTTP_INSTEAD
+        )
+        return self._sdk.connect(*args, **kwargs)
+
+
+class _SyncResponses(_SocketRefusal, SyncEndpoint):
+    """``client.responses``: budgeted, its WebSocket session refused in an episode."""
+
+
+class _AsyncResponses(_SocketRefusal, AsyncEndpoint):
+    """Async twin of :class:`_SyncResponses`."""
+
+
+class _Wrapper(GuardedWrapper):
+    _endpoint_cls: type[Endpoint] = Endpoint
+    _responses_cls: type[Endpoint] = Endpoint
+
+    def _attach(self, guarded: Any, raw: Any) -> None:
         ep_cls = self._endpoint_cls
         self.chat = _Namespace(
-            client.chat,
-            completions=ep_cls(self, "chat", client.chat.completions, raw.chat.completions),
+            guarded.chat,
+            completions=ep_cls(self, "chat", guarded.chat.completions, raw.chat.completions),
         )
-        self.responses = ep_cls(self, "responses", client.responses, raw.responses)
+        self.responses = self._responses_cls(self, "responses", guarded.responses, raw.responses)
+        # beta.chat is the SDK's chat resource again: the same budgeted endpoint
+        self.beta = _Namespace(
+            guarded.beta,
+            chat=self.chat,
+            realtime=SocketGuard(guarded.beta.realtime, self, "beta.realtime"),
+            responses=SocketGuard(guarded.beta.responses, self, "beta.responses"),
+        )
+        self.realtime = SocketGuard(guarded.realtime, self, "realtime")
+        self.live = SocketGuard(guarded.live, self, "live")
 
 
 class BudgetedOpenAI(_Wrapper):
@@ -100,12 +147,14 @@ class BudgetedOpenAI(_Wrapper):
     are budgeted inside an episode. Build with :func:`~budgetmix.adapters.budgeted`."""
 
     _endpoint_cls = SyncEndpoint
+    _responses_cls = _SyncResponses
 
 
 class AsyncBudgetedOpenAI(_Wrapper):
     """The ``openai.AsyncOpenAI`` twin of :class:`BudgetedOpenAI`."""
 
     _endpoint_cls = AsyncEndpoint
+    _responses_cls = _AsyncResponses
 
 
 # -- ChatModel for the built-in loop ---------------------------------------------------

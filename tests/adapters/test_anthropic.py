@@ -165,11 +165,17 @@ def test_parse_and_with_raw_response_are_budgeted() -> None:
     assert all("Budget (v1)" in json.dumps(r.json["messages"]) for r in rig.fake.requests)
 
 
-def test_with_streaming_response_is_refused_inside_an_episode() -> None:
-    from budgetmix import BudgetmixError
-
-    rig = make_rig()
+def test_with_streaming_response_is_budgeted_at_the_http_layer() -> None:
+    rig = make_rig([Reply.say("whole", input_tokens=5), Reply.say("streamed", input_tokens=6)])
     client = budgeted(rig.anthropic(), rig.controller)
-    with rig.controller.episode(), pytest.raises(BudgetmixError, match="BudgetTransport"):
-        _ = client.messages.with_streaming_response
-    assert rig.net.count == 0
+    kw: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 64, "messages": USER}
+    with rig.controller.episode() as ep:
+        with client.messages.with_streaming_response.create(**kw) as response:
+            text = response.parse().content[0].text
+        with client.messages.with_streaming_response.create(**kw, stream=True) as response:
+            lines = list(response.iter_lines())
+        used = dict(ep.state.used)
+    assert text == "whole" and any("text_delta" in line for line in lines)
+    assert used["turns"] == 2 and used["input_tokens"] == 11  # read from JSON and events
+    assert all("Budget (v1)" in json.dumps(r.json["messages"]) for r in rig.fake.requests)
+    assert len(rig.spans("chat")) == 2

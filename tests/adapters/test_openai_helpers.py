@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from _provider_fakes import CHAT_TOOLS, kinds, make_rig
-from budgetmix import BudgetExhausted, BudgetmixError
+from budgetmix import BudgetExhausted
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.testing import Reply
@@ -136,16 +136,29 @@ def test_with_raw_response_keeps_headers_and_records_usage() -> None:
     assert sent(rig, 1)[-1]["content"].startswith("Budget (v1): turn 2 of 5")
 
 
-def test_with_streaming_response_is_refused_inside_an_episode_only() -> None:
-    rig = make_rig([Reply.say("hi")])
+def test_with_streaming_response_is_budgeted_at_the_http_layer() -> None:
+    rig = make_rig([Reply.say("hi"), Reply.say("whole", input_tokens=5), Reply.say("r")])
     client = budgeted(rig.openai(), rig.controller)
     with client.chat.completions.with_streaming_response.create(
         model="gpt-4o", messages=USER
-    ) as response:
+    ) as response:  # outside an episode: the SDK's own
         assert response.parse().choices[0].message.content == "hi"
-    with rig.controller.episode(), pytest.raises(BudgetmixError, match="BudgetTransport"):
-        _ = client.chat.completions.with_streaming_response
-    assert rig.net.count == 1
+    assert sent(rig, 0) == USER
+    with rig.controller.episode() as ep:
+        with client.chat.completions.with_streaming_response.create(
+            model="gpt-4o", messages=USER
+        ) as response:
+            assert response.parse().choices[0].message.content == "whole"
+        with client.responses.with_streaming_response.create(
+            model="gpt-4o", input="hi", stream=True
+        ) as response:
+            lines = list(response.iter_lines())
+        used = dict(ep.state.used)
+    assert any("response.completed" in line for line in lines)
+    assert used["turns"] == 2 and used["input_tokens"] > 5 and used["output_tokens"] > 0
+    assert sent(rig, 1)[-1] == {"role": "user", "content": NOTICE_1}
+    assert sent(rig, 2)[-1]["content"].startswith("Budget (v1): turn 2 of 5")
+    assert rig.net.count == 3 and len(rig.spans("chat")) == 2
 
 
 # -- async -----------------------------------------------------------------------------
