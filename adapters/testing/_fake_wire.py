@@ -42,6 +42,8 @@ class Reply:
         headers: extra response headers (``retry-after``).
         body: raw response bytes instead of a rendered body.
         disconnect: drop the connection without answering.
+        cut: send the status and headers (``content-length`` of the whole body) and half
+            the body, then drop the connection: a body cut short.
     """
 
     text: str = ""
@@ -57,6 +59,7 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes | None = None
     disconnect: bool = False
+    cut: bool = False
 
     @classmethod
     def say(cls, text: str, **kw: Any) -> Reply:
@@ -103,6 +106,7 @@ class _Rendered:
     chunks: list[bytes]
     stream: bool = False
     disconnect: bool = False
+    cut: bool = False
 
 
 def _kind(path: str) -> str | None:

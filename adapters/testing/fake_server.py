@@ -19,7 +19,8 @@ Usage::
 ``server.transport()`` answers the same way in-process (no socket; for
 ``httpx`` and ``httpx2`` clients, sync and async). Faults are replies too: ``Reply.error(429)``,
 ``Reply(disconnect=True)`` (connection dropped), ``Reply(usage=False)``,
-``Reply(empty=True)``, ``Reply(body=b"...")`` (raw bytes).
+``Reply(empty=True)``, ``Reply(body=b"...")`` (raw bytes), ``Reply(cut=True)`` (half the
+body, then the connection dropped).
 """
 
 from __future__ import annotations
@@ -114,9 +115,10 @@ class FakeLLMServer:
         if reply.disconnect:
             return _Rendered(0, {}, [], disconnect=True)
         if reply.body is not None:
-            return _Rendered(reply.status, headers_out, [reply.body])
+            return _Rendered(reply.status, headers_out, [reply.body], cut=reply.cut)
         if not 200 <= reply.status < 300:
-            return _Rendered(reply.status, headers_out, [json.dumps(r.error_body()).encode()])
+            error = json.dumps(r.error_body()).encode()
+            return _Rendered(reply.status, headers_out, [error], cut=reply.cut)
         if isinstance(request, dict) and request.get("stream"):
             stream = {
                 "chat": r.chat_stream,
@@ -126,7 +128,7 @@ class FakeLLMServer:
             sse_headers = {**dict(reply.headers), "content-type": "text/event-stream"}
             return _Rendered(reply.status, sse_headers, list(stream()), stream=True)
         whole = {"chat": r.chat, "responses": r.responses, "anthropic": r.anthropic}[kind]()
-        return _Rendered(reply.status, headers_out, [json.dumps(whole).encode()])
+        return _Rendered(reply.status, headers_out, [json.dumps(whole).encode()], cut=reply.cut)
 
     # -- in-process transport --------------------------------------------------------
     def transport(self) -> FakeTransport:
@@ -199,9 +201,12 @@ class FakeTransport:
             raise lib.RemoteProtocolError(
                 "Server disconnected without sending a response.", request=request
             )
-        return lib.Response(
-            out.status, headers=out.headers, content=b"".join(out.chunks), request=request
-        )
+        content = b"".join(out.chunks)
+        if out.cut:
+            headers = {**out.headers, "content-length": str(len(content))}
+            stream = _cut_stream(lib, content[: len(content) // 2], request)
+            return lib.Response(out.status, headers=headers, stream=stream, request=request)
+        return lib.Response(out.status, headers=out.headers, content=content, request=request)
 
     def handle_request(self, request: Any) -> Any:
         """Answer one request from the script (httpx transport interface)."""
@@ -230,6 +235,23 @@ class FakeTransport:
 
     async def __aexit__(self, *exc: object) -> None:
         pass
+
+
+def _cut_stream(lib: Any, head: bytes, request: Any) -> Any:
+    """A body stream of ``lib`` that yields ``head`` and then fails as a dropped
+    connection does (sync and async)."""
+    message = "peer closed connection without sending complete message body"
+
+    class Cut(lib.SyncByteStream, lib.AsyncByteStream):  # type: ignore[misc]
+        def __iter__(self) -> Any:
+            yield head
+            raise lib.RemoteProtocolError(message, request=request)
+
+        async def __aiter__(self) -> Any:
+            yield head
+            raise lib.RemoteProtocolError(message, request=request)
+
+    return Cut()
 
 
 def _make_handler(fake: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
@@ -263,6 +285,11 @@ def _make_handler(fake: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 payload = b"".join(out.chunks)
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
+                if out.cut:  # half of what the header promised, then hang up
+                    self.wfile.write(payload[: len(payload) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 self.wfile.write(payload)
 
         do_POST = _serve
