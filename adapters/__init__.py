@@ -22,6 +22,7 @@ from budgetmix.adapters.base import (
     ToolSpec,
     Usage,
 )
+from budgetmix.adapters.chat_template import ChatTemplate
 from budgetmix.adapters.env_agent import ChatModelEnvAgent
 from budgetmix.adapters.local import LocalChatModel, parse_tool_calls
 from budgetmix.adapters.loop import AgentRun, arun_agent, run_agent
@@ -51,6 +52,7 @@ __all__ = [
     "ChatModel",
     "ChatModelBase",
     "ChatModelEnvAgent",
+    "ChatTemplate",
     "FailingModel",
     "LocalChatModel",
     "MistakeThenRecover",

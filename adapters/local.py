@@ -1,20 +1,15 @@
 """A local transformers causal LM as a :class:`~budgetmix.adapters.base.ChatModel`.
 
-The conversation is rendered with the tokenizer's chat template; the budget
-notice is appended as a final user message for that one request only. The
-model generates greedily (``temperature=0``) or by seeded sampling.
-
-Tool-call format (the Hermes/Qwen convention), in the generated text::
-
-    <tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>
-
-Several blocks make a parallel batch; the text outside the blocks is the
-message content. A block whose body is not JSON is still reported as a call
-(its raw body as arguments), so the loop records ``invalid_tool_arguments``
-rather than losing it. Tools are described to the model through the
-template's own ``tools`` support when the template uses it, otherwise in a
-system message; tool results are ``tool`` messages, or user messages wrapped
-in ``<tool_response>`` when the template has no tool support.
+The conversation is rendered by :class:`~budgetmix.adapters.chat_template.ChatTemplate`,
+the one renderer training uses too (docs/layout.md): assistant tool calls as
+structured ``tool_calls``, tool results as ``tool`` messages, the tool specs as
+the template's ``tools=``; replies are parsed back with the template's tool-call
+format (Hermes ``<tool_call>{json}</tool_call>`` blocks or the Llama-3.x JSON
+form). Generation stops on every stop id (``generation_config``'s EOS ids, the
+tokenizer's EOS, the template's end-of-turn token). A notice passed with the
+request (placement ``"ephemeral"``) is a final user message of that one request;
+with placement ``"observation"`` the loop has already put it into the history.
+The model generates greedily (``temperature=0``) or by seeded sampling.
 
 torch and transformers are imported on first use; without them
 :class:`~budgetmix.exceptions.MissingExtraError` names the ``train`` extra.
@@ -25,27 +20,29 @@ into a :class:`~budgetmix.exceptions.CheckpointError`.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from budgetmix._deps import require
-from budgetmix.adapters._wire import chat
 from budgetmix.adapters.base import (
-    ChatMessage,
     ChatModelBase,
     Messages,
     ModelRequest,
     ModelResponse,
     Notice,
-    ToolCallRequest,
     Tools,
-    ToolSpec,
     Usage,
+)
+from budgetmix.adapters.chat_template import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    ChatTemplate,
+    ToolsIn,
+    parse_tool_calls,
 )
 from budgetmix.exceptions import CheckpointError, ConfigError
 
@@ -58,60 +55,8 @@ __all__ = [
     "parse_tool_calls",
 ]
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
 #: A Hugging Face Hub model id: ``name`` or ``owner/name`` (nothing path-like).
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
-
-ToolsIn = Literal["auto", "template", "system"]
-
-
-def parse_tool_calls(
-    text: str, *, id_prefix: str = "call"
-) -> tuple[str, tuple[ToolCallRequest, ...]]:
-    """Split generated text into its content and its ``<tool_call>`` blocks.
-
-    An unterminated final block (generation cut off) still counts as a call.
-    """
-    calls: list[ToolCallRequest] = []
-    for i, match in enumerate(_BLOCK.finditer(text)):
-        body = match.group(1).strip()
-        name, arguments = "", body
-        try:
-            decoded = json.loads(body)
-        except ValueError:
-            found = _NAME.search(body)
-            name = found.group(1) if found else ""
-        else:
-            if isinstance(decoded, dict):
-                name = str(decoded.get("name", ""))
-                args = decoded.get("arguments", decoded.get("parameters", {}))
-                arguments = args if isinstance(args, str) else json.dumps(args)
-        calls.append(ToolCallRequest(id=f"{id_prefix}_{i}", name=name, arguments=arguments))
-    content = _BLOCK.sub("", text).strip()
-    return content, tuple(calls)
-
-
-def _render_call(call: ToolCallRequest) -> str:
-    try:
-        args: Any = json.loads(call.arguments)
-    except ValueError:
-        return f"{TOOL_CALL_OPEN}{call.arguments}{TOOL_CALL_CLOSE}"
-    return f"{TOOL_CALL_OPEN}{json.dumps({'name': call.name, 'arguments': args})}{TOOL_CALL_CLOSE}"
-
-
-def _tool_system_text(tools: Sequence[ToolSpec]) -> str:
-    specs = [
-        {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-        for t in tools
-    ]
-    return (
-        "You may call tools. To call one, write "
-        f'{TOOL_CALL_OPEN}{{"name": <tool name>, "arguments": {{...}}}}{TOOL_CALL_CLOSE}.\n'
-        f"Tools: {json.dumps(specs)}"
-    )
 
 
 def _local_model_dir(path: str | Path, *, local_files_only: bool) -> bool:
@@ -228,6 +173,8 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         seed: sampling seed; call ``n`` samples with ``seed + n``, so a run is reproducible.
         tools_in: where tool specs go: the template's ``tools`` variable, a
             system message, or ``"auto"`` (the template if it mentions ``tools``).
+        chat_template: a template text instead of the tokenizer's (the one the model was
+            trained with, when that was a training variant).
 
     Raises:
         ConfigError: the tokenizer has no chat template, or an argument is out of range.
@@ -246,18 +193,17 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         top_p: float = 1.0,
         seed: int = 0,
         tools_in: ToolsIn = "auto",
+        chat_template: str | None = None,
     ) -> None:
-        template = getattr(tokenizer, "chat_template", None)
-        if not template:
-            raise ConfigError("tokenizer: has no chat_template")
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
         if not 0.0 < top_p <= 1.0:
             raise ConfigError(f"top_p must lie in (0, 1], got {top_p!r}")
-        if tools_in not in ("auto", "template", "system"):
-            raise ConfigError(f"tools_in must be 'auto', 'template' or 'system', got {tools_in!r}")
+        self.template = ChatTemplate.for_model(
+            model, tokenizer, chat_template=chat_template, tools_in=tools_in
+        )
         self.model = model
         self.tokenizer = tokenizer
         config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or "local"
@@ -266,9 +212,6 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         self.temperature = temperature
         self.top_p = top_p
         self.seed = seed
-        self.template_tools = tools_in == "template" or (
-            tools_in == "auto" and "tools" in str(template)
-        )
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -300,31 +243,12 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
 
     # -- rendering -----------------------------------------------------------------------
     def render(self, messages: Messages, tools: Tools, notice: Notice) -> str:
-        """The prompt text of one request (ends with the assistant generation prompt)."""
-        rows = [self._row(m) for m in messages]
-        if tools and not self.template_tools:
-            tool_text = _tool_system_text(tools)
-            if rows and rows[0]["role"] == "system":
-                rows[0] = {**rows[0], "content": f"{rows[0]['content']}\n\n{tool_text}"}
-            else:
-                rows.insert(0, {"role": "system", "content": tool_text})
+        """The prompt text of one request (ends with the assistant generation prompt); a
+        ``notice`` is a final user message of this request only."""
+        rows = self.template.rows(messages)
         if notice:
             rows.append({"role": "user", "content": notice})
-        kwargs: dict[str, Any] = {}
-        if tools and self.template_tools:
-            kwargs["tools"] = chat.write_tools(tools)  # templates take Chat Completions tools
-        text = self.tokenizer.apply_chat_template(
-            rows, tokenize=False, add_generation_prompt=True, **kwargs
-        )
-        return str(text)
-
-    def _row(self, m: ChatMessage) -> dict[str, Any]:
-        if m.role == "assistant" and m.tool_calls:
-            content = m.content + "".join(_render_call(c) for c in m.tool_calls)
-            return {"role": "assistant", "content": content}
-        if m.role == "tool" and not self.template_tools:
-            return {"role": "user", "content": f"<tool_response>{m.content}</tool_response>"}
-        return {"role": m.role, "content": m.content}
+        return self.template.render(rows, tools, add_generation_prompt=True)
 
     # -- generation ----------------------------------------------------------------------
     def build_request(self, call: ModelRequest) -> str:
@@ -332,10 +256,15 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         local model cannot be forced, so any tool calls it writes are still reported."""
         return self.render(call.messages, call.tools, call.notice)
 
+    def encode_prompt(self, request: str) -> list[int]:
+        """The ids the model is fed for the prompt ``request`` (no special tokens added)."""
+        return self.template.encode(request)
+
     def send(self, request: str) -> _Generated:
         """Generate a reply to the prompt ``request`` (seeded by the call's number)."""
         torch = require("torch", "train")
-        encoded = self.tokenizer(request, return_tensors="pt", add_special_tokens=False)
+        ids = torch.tensor([self.encode_prompt(request)], dtype=torch.long)
+        encoded = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         device = next(self.model.parameters()).device
         input_ids = encoded["input_ids"].to(device)
         attention = encoded["attention_mask"].to(device)
@@ -354,13 +283,15 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         return _Generated(call, prompt_tokens, output[0, prompt_tokens:].tolist())
 
     def read_reply(self, reply: _Generated, request: str) -> ModelResponse:
-        """The generated tokens as text and ``<tool_call>`` blocks; no end-of-sequence
+        """The generated tokens as text and tool calls (the template's format); no stop
         token means the cap cut it (``finish_reason="length"``)."""
         new_ids = reply.new_ids
-        eos = self.tokenizer.eos_token_id
-        stopped = eos is not None and eos in new_ids
+        stops = self.template.stop_token_ids
+        stopped = any(t in stops for t in new_ids)
+        if stopped:  # generate() pads after the stop; what follows it is not the reply
+            new_ids = new_ids[: next(i for i, t in enumerate(new_ids) if t in stops) + 1]
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        content, calls = parse_tool_calls(text, id_prefix=f"call_{reply.call}")
+        content, calls = self.template.parse(text, id_prefix=f"call_{reply.call}")
         finish = "length" if not stopped else ("tool_calls" if calls else "stop")
         return ModelResponse(
             text=content,
@@ -375,12 +306,12 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         transformers = require("transformers", "train")
         sample = self.temperature > 0
         pad = self.tokenizer.pad_token_id
-        eos = self.tokenizer.eos_token_id
+        stops = list(self.template.stop_token_ids)
         options: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "do_sample": sample,
-            "eos_token_id": eos,
-            "pad_token_id": pad if pad is not None else eos,
+            "eos_token_id": stops,
+            "pad_token_id": pad if pad is not None else stops[0],
         }
         if sample:
             options.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
