@@ -9,8 +9,11 @@
 For ``POST .../chat/completions``, ``.../responses`` (OpenAI and compatible
 servers: vLLM, Ollama, ...) and ``.../v1/messages`` (Anthropic) the transport
 charges a turn before forwarding, injects the budget notice into the JSON body,
-retries transient failures (429, 5xx, timeouts, resets) under the controller's
-retry policy without consuming turns, and reads usage, cost and tool-call
+retries transient failures (429, 5xx, timeouts, resets, a body cut short) under the
+controller's retry policy without consuming turns (a whole body is read inside the
+retried call, as the SDK wrappers' ``create`` reads it: the one classification, the
+same retries; a body that is not JSON is a :class:`~budgetmix.ResponseFormatError` on
+both paths), and reads usage, cost and tool-call
 mistakes from the JSON or server-sent-event response (the event stream is read in
 time linear in its size; one event over ``max_event_bytes`` or a body over
 ``max_body_bytes`` is a :class:`~budgetmix.ResponseFormatError`). A request to
@@ -25,13 +28,28 @@ A refused turn never reaches the network. By default it raises
 subclass that is also the SDK's base error, so the OpenAI and Anthropic clients
 propagate it as is instead of wrapping it in a connection error and retrying.
 With ``on_exhausted="respond"`` it answers with a synthetic final assistant
-message instead, which frameworks treat as the end of the run.
+message instead, which frameworks treat as the end of the run: a JSON body, or for a
+``"stream": true`` request the wire's event stream (Chat Completions chunks, Responses
+events, Anthropic message events), which the SDKs' stream readers take.
 
-Which episode is charged: an :class:`~budgetmix.Episode` target always; with a
-:class:`~budgetmix.BudgetController` target, its current episode if the request
-is made inside one, else an episode the transport opens per conversation
-(named by the ``x-budgetmix-conversation`` header, else by the conversation's
-opening messages) and closes with :meth:`BudgetTransport.finish`.
+Which episode is charged (the whole rule: :mod:`budgetmix.adapters._attribution`): an
+:class:`~budgetmix.Episode` target always; else the episode the request is made in
+(bind one at the framework's entry point: ``with controller.episode(): agent.run(...)``;
+asyncio tasks inherit it, threads need ``contextvars.copy_context().run``); else the one
+named by the ``x-budgetmix-conversation`` header (an open episode's id, or a conversation
+the transport opens; the header is not forwarded), the episode of the Responses
+``previous_response_id``, or the only open episode the transport has seen; several
+open: refused. With a :class:`~budgetmix.BudgetController` target a request nothing
+attributes charges the transport's own conversation ``"default"`` (a warning says so;
+``unattributed="refuse"`` refuses it), closed with :meth:`BudgetTransport.finish`.
+Never a fresh budget per request: the history is not used to tell runs apart.
+
+Client libraries: the OpenAI SDK (3.57 tested) takes an ``httpx`` client; the Anthropic
+SDK 2.14 (tested) takes only an ``httpx2`` one (``httpx.Client`` raises ``TypeError``
+there; releases built on ``httpx`` take that). Both transports are instances of both
+libraries' base transports, so the same object serves either::
+
+    anthropic.Anthropic(http_client=httpx2.Client(transport=BudgetTransport(None, controller)))
 """
 
 from __future__ import annotations
