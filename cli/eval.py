@@ -81,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Evaluate an agent on a Pass@(K,T) grid: every task x budget T x K samples.",
     )
     p.add_argument("--config", help="JSON or TOML file with any of the options below")
-    p.add_argument("--env", help="environment: frozenlake, faulty_tools, humaneval")
+    p.add_argument(
+        "--env",
+        help="environment: a registered name (echo, faulty_tools, frozenlake, "
+        "frozenlake-compact, humaneval), an entry point of budgetmix.environments, "
+        "or module:Class",
+    )
     p.add_argument("--env-kwargs", type=_json_mapping, help="environment arguments as JSON")
     p.add_argument("--seeds", type=_ints, help="task seeds, e.g. 0,1,2 (default: 0..tasks-1)")
     p.add_argument("--tasks", type=int, help="number of tasks when --seeds is not given")
@@ -223,11 +228,10 @@ def _check_agent(cfg: Mapping[str, Any]) -> None:
 
 
 def _check_env(env: str, env_kwargs: Mapping[str, Any]) -> None:
-    from budgetmix.training.envs import ENVIRONMENTS, make_env
+    from budgetmix.training.envs import make_env, resolve_env
 
-    if env not in ENVIRONMENTS:
-        known = ", ".join(sorted(ENVIRONMENTS))
-        raise UsageError("--env", f"unknown environment {env!r}; known: {known}")
+    with blame("--env"):
+        resolve_env(env)
     try:
         make_env(env, **env_kwargs)
     except MissingExtraError as exc:

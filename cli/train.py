@@ -5,6 +5,7 @@ Examples::
     budgetmix train --preset echo-tiny
     budgetmix train --config run.toml --set steps=50 --set group_budgets='"mixed"'
     budgetmix train --preset frozenlake-tiny --output-dir runs/fl --resume
+    budgetmix train --env mypkg.envs:MyEnv --sft-data episodes.jsonl --set steps=10
     accelerate launch --num_processes 2 -m budgetmix.cli train --preset echo-tiny
 """
 
@@ -21,9 +22,11 @@ from budgetmix.cli._errors import (
     CliParser,
     UsageError,
     blame,
+    json_object,
     model_dir,
     one_line,
     output_dir,
+    readable_file,
     run_command,
 )
 from budgetmix.exceptions import BudgetmixError
@@ -51,6 +54,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         default=[],
         metavar="FIELD=VALUE",
         help="override a field; VALUE is JSON when it parses, else a string",
+    )
+    parser.add_argument(
+        "--env",
+        help="the environment: a registered name, an entry point of budgetmix.environments, "
+        "or module:Class (a class or factory; sets TrainConfig.env)",
+    )
+    parser.add_argument("--env-kwargs", help="the environment's arguments as a JSON object")
+    parser.add_argument(
+        "--sft-data", help="recorded episodes (JSONL) to learn from in the SFT steps"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -84,11 +96,32 @@ def _check_env(config: TrainConfig) -> None:
     tasks[0].make_env()
 
 
+def _flag_overrides(args: argparse.Namespace) -> dict[str, tuple[str, Any]]:
+    """``{field: (flag, value)}`` of the flags that set a config field."""
+    found: dict[str, tuple[str, Any]] = {}
+    if args.env is not None:
+        found["env"] = ("--env", args.env)
+    if args.env_kwargs is not None:
+        found["env_kwargs"] = ("--env-kwargs", json_object("--env-kwargs", args.env_kwargs))
+    if args.sft_data is not None:
+        found["sft_data"] = ("--sft-data", str(readable_file("--sft-data", args.sft_data)))
+    return found
+
+
+def _env_blame(overrides: dict[str, Any], flags: dict[str, tuple[str, Any]], source: str) -> str:
+    if "env_kwargs" in flags:
+        return "--env-kwargs"
+    if "env" in flags:
+        return "--env"
+    return "--set" if {"env", "env_kwargs"} & set(overrides) else source
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The validated config the parsed arguments describe.
 
     Each value is checked against the flag it came from: the file (``--config``),
-    the preset (``--preset``), the overrides (``--set``), ``--output-dir``; a local
+    the preset (``--preset``), the overrides (``--set``), ``--env``,
+    ``--env-kwargs``, ``--sft-data``, ``--output-dir``; a local
     ``model_path`` must be a model directory (never looked up on a model hub).
 
     Raises:
@@ -101,6 +134,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     config = _base_config(args)
     with blame("--set"):
         config = config.with_overrides(**overrides) if overrides else config
+    flags = _flag_overrides(args)
+    if flags:
+        culprit = "--env" if "env" in flags else next(iter(flags.values()))[0]
+        with blame(culprit):
+            config = config.with_overrides(**{k: v for k, (_, v) in flags.items()})
     if args.output_dir is not None:
         output_dir("--output-dir", args.output_dir)
         with blame("--output-dir"):
@@ -110,7 +148,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     source = "--config" if args.config else "--preset"
     if config.model_path is not None:
         model_dir("--set" if "model_path" in overrides else source, config.model_path)
-    with blame("--set" if {"env", "env_kwargs"} & set(overrides) else source):
+    with blame(_env_blame(overrides, flags, source)):
         _check_env(config)
     from_set = "output_dir" in overrides and args.output_dir is None
     output_dir("--set" if from_set else "--output-dir", config.output_dir)

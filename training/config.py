@@ -14,7 +14,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from budgetmix._validate import check_between, check_choice, check_int, check_ints, check_number
+from budgetmix._validate import (
+    check_between,
+    check_choice,
+    check_int,
+    check_ints,
+    check_number,
+    check_str,
+)
 from budgetmix.exceptions import ConfigError
 from budgetmix.notice import NOTICE_FORMATS
 from budgetmix.policies.samplers import BudgetSampler, sampler_from_config
@@ -64,6 +71,7 @@ class TrainConfig:
     preset: str | None = None
     env: str = "echo"
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sft_data: str | None = None
     # budgets
     sampler: Mapping[str, Any] = field(default_factory=lambda: {"kind": "budgetmix", "ceiling": 4})
     group_budgets: str = "shared"
@@ -126,13 +134,7 @@ class TrainConfig:
         for name, allowed in _CHOICES.items():
             check_choice(f"TrainConfig.{name}", getattr(self, name), allowed)
         check_choice("TrainConfig.notice_format", self.notice_format, NOTICE_FORMATS)
-        from budgetmix.training.envs import env_spec
-
-        if env_spec(self.env).demonstrator is None and self.sft_steps:
-            raise ConfigError(
-                f"TrainConfig.sft_steps must be 0 for env {self.env!r}: it has no scripted "
-                "demonstrator to imitate"
-            )
+        self._check_env()
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         object.__setattr__(self, "sampler", dict(self.sampler))
         try:
@@ -144,6 +146,23 @@ class TrainConfig:
             object.__setattr__(self, "eval_budgets", budgets)
         if self.max_new_tokens >= self.max_total_tokens:
             raise ConfigError("TrainConfig.max_new_tokens must be below max_total_tokens")
+
+    def _check_env(self) -> None:
+        from budgetmix.training.envs import resolve_env
+
+        if not isinstance(self.env, str):
+            raise ConfigError(f"TrainConfig.env must be a str, got {type(self.env).__name__}")
+        try:
+            spec = resolve_env(self.env)
+        except ConfigError as exc:
+            raise ConfigError(f"TrainConfig.{exc}") from None
+        if self.sft_data is not None:
+            check_str("TrainConfig.sft_data", self.sft_data, empty=False)
+        elif spec.demonstrator is None and self.sft_steps:
+            raise ConfigError(
+                f"TrainConfig.sft_steps must be 0 for env {self.env!r}: it has no scripted "
+                "demonstrator to imitate (or give sft_data, recorded episodes to learn from)"
+            )
 
     def budget_sampler(self) -> BudgetSampler:
         """The sampler ``sampler`` describes (fixed, budgetmix or percentile)."""

@@ -13,11 +13,24 @@ table at run time: a new environment is a new row here.
   :class:`~budgetmix.training.envs.frozenlake_compact.CompactFrozenLake`, with a
   budget-blind demonstrator whose discount is the ``demo_gamma`` keyword;
 * ``humaneval`` -- :class:`~budgetmix.training.envs.humaneval.HumanEvalEnv`.
+
+A user's environment needs no row: :func:`resolve_env` (what ``TrainConfig.env``,
+``budgetmix train`` and ``budgetmix eval --env`` read) takes a registered name,
+the name of an entry point in the group ``budgetmix.environments`` (a package
+declares ``[project.entry-points."budgetmix.environments"] myenv = "mypkg.envs:MyEnv"``),
+or ``module:attribute`` naming an environment class or a factory that returns one
+(``mypkg.envs:MyEnv``; the module is imported as ``import`` would, so the current
+directory of a ``python -m`` / ``accelerate launch -m`` run counts). The class (or
+factory) may carry a ``demonstrator`` attribute, ``(env_kwargs, error_rate, seed) ->
+DemoAgent``, for SFT from a scripted demonstrator.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,7 +52,18 @@ from budgetmix.training.toy import EchoEnv, echo_agent
 if TYPE_CHECKING:
     from budgetmix.training.generation import DemoAgent
 
-__all__ = ["ENVIRONMENTS", "EnvSpec", "env_spec", "env_tasks", "make_env"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ENVIRONMENTS",
+    "EnvSpec",
+    "env_spec",
+    "env_tasks",
+    "make_env",
+    "resolve_env",
+]
+
+#: The entry-point group a package lists its environments in.
+ENTRY_POINT_GROUP = "budgetmix.environments"
 
 #: ``(env_kwargs, error_rate, seed) -> demonstrator`` of one environment.
 DemoFactory = Callable[[Mapping[str, Any], float, int], "DemoAgent"]
@@ -67,9 +91,16 @@ class EnvSpec:
         """
         options = {k: v for k, v in kwargs.items() if k not in self.demo_options}
         try:
-            return self.factory(**options)
+            env = self.factory(**options)
         except TypeError as exc:
             raise ConfigError(f"{self.name}: {exc}") from exc
+        if not _is_environment(env):
+            raise ConfigError(
+                f"env: {self.name!r} built a {type(env).__name__}, which is not an environment "
+                "(it needs instructions() and reset(seed), and step(action) or the "
+                "tool-calling methods tool_specs/call_tool/respond)"
+            )
+        return env
 
     def make_tasks(self, seeds: Iterable[int], kwargs: Mapping[str, Any]) -> list[Task]:
         """One :class:`Task` per seed, ``<name>-<seed>``; ``kwargs`` are checked once, up front.
@@ -121,26 +152,100 @@ ENVIRONMENTS: Mapping[str, EnvSpec] = MappingProxyType(
 )
 
 
-def env_spec(name: str) -> EnvSpec:
-    """The registered environment ``name``.
+def _is_environment(env: object) -> bool:
+    from budgetmix.training.envs.tool_env import ToolCallEnvironment
+
+    return isinstance(env, (Environment, ToolCallEnvironment))
+
+
+_ENV_METHODS = ("instructions", "reset")
+
+
+def _spec_of(ref: str, target: object) -> EnvSpec:
+    """The spec of a user's class or factory ``target`` named by ``ref``."""
+    if not callable(target):
+        raise ConfigError(
+            f"env: {ref!r} is a {type(target).__name__}, not an environment class or factory"
+        )
+    if inspect.isclass(target):
+        missing = [m for m in _ENV_METHODS if not callable(getattr(target, m, None))]
+        has_step = callable(getattr(target, "step", None)) or callable(
+            getattr(target, "call_tool", None)
+        )
+        if missing or not has_step:
+            needs = ", ".join([*missing, *([] if has_step else ["step or call_tool"])])
+            raise ConfigError(f"env: {ref!r} is not an environment: it has no {needs}")
+    demo = getattr(target, "demonstrator", None)
+    return EnvSpec(ref, target, demo if callable(demo) else None)
+
+
+def _entry_point(name: str) -> importlib.metadata.EntryPoint | None:
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+    return next(iter(found), None)
+
+
+def _import_target(ref: str) -> object:
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"env: expected module:attribute, got {ref!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"env: {ref!r}: module {exc.name or module_name!r} not found") from exc
+    except Exception as exc:  # a user's module may fail in any way while importing
+        raise ConfigError(f"env: {ref!r}: importing {module_name!r} failed: {exc!r}") from exc
+    target: object = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"env: {ref!r}: module {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    return target
+
+
+def resolve_env(ref: str) -> EnvSpec:
+    """The environment ``ref`` names: a registered name, an entry point of
+    :data:`ENTRY_POINT_GROUP`, or ``module:attribute`` (a class or a factory).
 
     Raises:
-        ConfigError: unknown name (the message lists the known ones).
+        ConfigError: unknown name (the message lists the registered ones), a module
+            that is not found or fails to import, a missing attribute, or an object
+            that is not an environment class or factory.
     """
-    try:
-        return ENVIRONMENTS[name]
-    except KeyError:
-        raise ConfigError(
-            f"env: unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))}"
-        ) from None
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError(f"env: expected an environment name or module:attribute, got {ref!r}")
+    if ref in ENVIRONMENTS:
+        return ENVIRONMENTS[ref]
+    entry = _entry_point(ref)
+    if entry is not None:
+        try:
+            target = entry.load()
+        except Exception as exc:
+            raise ConfigError(
+                f"env: entry point {ref!r} ({entry.value}) failed to load: {exc!r}"
+            ) from exc
+        return _spec_of(ref, target)
+    if ":" in ref:
+        return _spec_of(ref, _import_target(ref))
+    raise ConfigError(
+        f"env: unknown environment {ref!r}; known: {', '.join(sorted(ENVIRONMENTS))}, an entry "
+        f"point of {ENTRY_POINT_GROUP!r}, or module:Class"
+    )
+
+
+def env_spec(name: str) -> EnvSpec:
+    """The environment ``name`` (see :func:`resolve_env`, which this is).
+
+    Raises:
+        ConfigError: as :func:`resolve_env`.
+    """
+    return resolve_env(name)
 
 
 def make_env(name: str, **kwargs: Any) -> Environment:
-    """Build the environment registered as ``name`` with ``kwargs``.
+    """Build the environment ``name`` names (:func:`resolve_env`) with ``kwargs``.
 
     Raises:
-        ConfigError: unknown ``name`` (the message lists the known ones), or a
-            bad keyword for that environment.
+        ConfigError: as :func:`resolve_env`, or a bad keyword for that environment.
         MissingExtraError: the environment's optional dependency is missing.
     """
     return env_spec(name).make_env(kwargs)
