@@ -6,8 +6,13 @@ each response and records each tool outcome. Per turn the loop:
 
 1. charges the turn (``episode.try_begin_turn``); a refused turn ends the run;
 2. calls the model through ``turn.call`` / ``turn.acall`` (transient errors are
-   retried without consuming turns) with the turn's notice, which the model
-   adapter injects ephemerally: the notice is never stored in the history;
+   retried without consuming turns) with the turn's notice, placed as the
+   controller's notice policy says (:func:`budgetmix.policy.notice_placement`):
+   ``"ephemeral"`` (default) passes it to the model adapter, which injects it for
+   that request only, never stored in the history; ``"observation"`` appends it to
+   the turn's latest observation in the history (the last tool message, else the
+   latest user message), where it stays: every later request repeats those bytes,
+   as in training (docs/layout.md);
 3. records usage and cost, and appends the assistant message;
 4. no tool calls: that text is the final answer (``judge`` decides success);
 5. otherwise pre-checks the whole parallel batch (``episode.tool_batch``),
@@ -60,7 +65,8 @@ from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
 from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
 from budgetmix.exceptions import BudgetExhausted, ConfigError
-from budgetmix.policy import ExhaustionMode, ExtensionPolicy
+from budgetmix.notice import append_notice, observation_index
+from budgetmix.policy import ExhaustionMode, ExtensionPolicy, notice_placement
 from budgetmix.steps import ToolCall, Turn
 
 if TYPE_CHECKING:
@@ -79,7 +85,8 @@ IGNORED_ON_GRACE = "Not executed: tools are disabled on the final wrap-up turn."
 class AgentRun:
     """The outcome of :func:`run_agent`: the episode result, the conversation, the answer.
 
-    ``messages`` is the full conversation (without any notice); ``output`` is the
+    ``messages`` is the full conversation (with the notices placed in observations under
+    placement ``"observation"``, without any under ``"ephemeral"``); ``output`` is the
     final answer, or the grace turn's best-effort answer (``grace_answer``), or
     ``None`` when the budget ended the run first.
     """
@@ -148,6 +155,7 @@ class _AgentLoop:
         self.history = history
         self.judge = judge
         self.pricing = _load_pricing(pricing)
+        self.placement = notice_placement(episode.controller.notice)
         self.output: str | None = None
         self.grace_answer = False
         self.ignored: tuple[ToolCallRequest, ...] = ()
@@ -160,10 +168,16 @@ class _AgentLoop:
         return self.episode.try_begin_turn(model=self.model_name)
 
     def request(self, turn: Turn) -> ModelRequest:
+        """The turn's request; under placement ``"observation"`` its notice goes into the
+        history first (once per turn: retries resend the same request)."""
+        notice = turn.notice
+        if notice and self.placement == "observation":
+            self._place_notice(notice)
+            notice = None
         return ModelRequest(
             messages=tuple(self.history),
             tools=self.toolbox.specs,
-            notice=turn.notice,
+            notice=notice,
             tool_choice="none" if turn.grace else "auto",
         )
 
@@ -275,6 +289,16 @@ class _AgentLoop:
                 is_error=is_error,
             )
         )
+
+    def _place_notice(self, notice: str) -> None:
+        """Append ``notice`` to the turn's latest observation in the history (kept there),
+        or add it as a user message when the turn has none."""
+        index = observation_index([m.role for m in self.history])
+        if index is None:
+            self._append(ChatMessage(role="user", content=notice))
+            return
+        message = self.history[index]
+        self.history[index] = replace(message, content=append_notice(message.content, notice))
 
     def _not_executed(self, requests: Iterable[ToolCallRequest], reason: str) -> None:
         for req in requests:
