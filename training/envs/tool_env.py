@@ -20,6 +20,8 @@ and in deployment. Per call:
 * a tool that raises :class:`ToolMistake`: the mistake kind it names
   (``valid=True``: the call was well formed, the environment refused it);
 * a tool that raises anything else: ``mistake="tool_error"``;
+* the model reads for each what ``run_agent`` would show it: the same
+  validation messages, ``Error: <Type>: <message>`` for a tool that raised;
 * otherwise the tool's return value is the observation; a :class:`ToolResult`
   also says whether it made progress and whether it ended the episode.
 
@@ -125,9 +127,10 @@ class ToolResult:
 class ToolMistake(BudgetmixError):
     """Raised by a tool method: the call was well formed but is a mistake of ``kind``.
 
-    The message is what the model reads. ``kind`` is a :class:`budgetmix.MistakeKind`
-    (or its value); the default, ``env_action_failed``, is an action the environment
-    refused (a move into a wall, a key that does not exist).
+    The model reads ``Error: ToolMistake: <message>`` (what ``run_agent`` shows for
+    any tool that raises, so training and deployment show the same text). ``kind`` is
+    a :class:`budgetmix.MistakeKind` (or its value); the default, ``env_action_failed``,
+    is an action the environment refused (a move into a wall, a key that does not exist).
 
     Raises:
         ConfigError: ``kind`` is not a mistake kind.
@@ -286,7 +289,7 @@ class ToolEnv:
             value = prepared.invoke()
         except ToolMistake as exc:
             label = StepLabel(mistake=str(exc.kind), detail=str(exc)[:200])
-            return self._result(str(exc), label, tool=name)
+            return self._result(render_tool_error(exc), label, tool=name)
         except Exception as exc:
             label = StepLabel(mistake=str(MistakeKind.TOOL_ERROR), detail=type(exc).__name__)
             return self._result(render_tool_error(exc), label, tool=name)
@@ -325,11 +328,11 @@ class ToolEnv:
     def controller_tools(self) -> list[Tool]:
         """The tools bound to this environment for ``run_agent`` / ``controller.tool``.
 
-        Each call is a step of this environment (same validation, same state): a
-        labelled mistake raises (the controller records a ``tool_error``), anything
-        else returns the observation. After a tool ended the episode, calls answer
-        :data:`EPISODE_OVER`. Pass ``judge=env.judge`` so the episode's success is
-        the environment's.
+        Each call is a step of this environment (same validation, same state, the
+        same text for the model): a :class:`ToolMistake` propagates (the controller
+        records it as a ``tool_error``), anything else returns the observation. After
+        a tool ended the episode, calls answer :data:`EPISODE_OVER`. Pass
+        ``judge=env.judge`` so the episode's success is the environment's.
         """
         return [
             dataclasses.replace(t, fn=functools.partial(self._deployed_call, t.name))
@@ -347,12 +350,8 @@ class ToolEnv:
         if self.done:
             return EPISODE_OVER
         self._begin_step()
-        try:
-            value = self.toolbox[name].fn(**arguments)
-        except ToolMistake as exc:
-            raise _DeployedMistake(str(exc)) from exc
-        result = self._outcome(value, tool=name)
-        return result.observation
+        value = self.toolbox[name].fn(**arguments)  # the loop shows what it raises
+        return self._outcome(value, tool=name).observation
 
     # -- internals --------------------------------------------------------------------
     def _begin_step(self) -> None:
@@ -384,10 +383,6 @@ class ToolEnv:
             label=label,
             info={"step": self.steps, "tool": tool},
         )
-
-
-class _DeployedMistake(BudgetmixError):
-    """A labelled mistake of a deployed tool call (the loop shows its message)."""
 
 
 def _merged(results: Sequence[StepResult]) -> StepResult:

@@ -92,7 +92,7 @@ def test_every_outcome_is_labelled() -> None:
         assert (result.label.valid, result.label.mistake) == (valid, mistake)
         assert not result.done and result.reward == 0.0
     assert cases[0][0].observation == "Unknown tool 'nope'. Available tools: add, peek, submit."
-    assert cases[3][0].observation == "amount must be 1-3, got 9"
+    assert cases[3][0].observation == "Error: ToolMistake: amount must be 1-3, got 9"
     assert cases[4][0].observation == "Error: RuntimeError: target is secret"
     ok = env.call_tool("add", '{"amount": 2}')
     assert ok.label == ok.label.__class__(progress=True) and ok.observation == "value 2"
@@ -137,7 +137,7 @@ def test_text_protocol_reads_hermes_blocks() -> None:
         '<tool_call>{"name": "add", "arguments": {"amount": 3}}</tool_call>'
     )
     result = env.step(two)
-    assert result.observation == "amount must be 1-3, got 9\nvalue 3"
+    assert result.observation == "Error: ToolMistake: amount must be 1-3, got 9\nvalue 3"
     assert result.label.mistake == "env_action_failed" and result.label.progress
     assert result.info["calls"] == 2
     done = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
@@ -199,7 +199,7 @@ def test_deployed_under_the_controller() -> None:
     assert [m.kind for m in run.result.mistakes] == ["tool_error"]
     assert len(run.result.recoveries) == 1
     tool_texts = [m.content for m in run.messages if m.role == "tool"]
-    assert tool_texts[0].endswith("amount must be 1-3, got 7") and tool_texts[1:] == [
+    assert tool_texts[0] == "Error: ToolMistake: amount must be 1-3, got 7" and tool_texts[1:] == [
         "value 3",
         "correct",
     ]
