@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
 from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
+from budgetmix.adapters._tool_spans import calls_received, results_sent
 from budgetmix.adapters._wire import (
     Accumulator,
     ParsedResponse,
     WireKind,
     accumulator,
-    answered_calls,
     history_key,
 )
 from budgetmix.adapters._wire.common import SEQUENCES
@@ -32,16 +32,6 @@ if TYPE_CHECKING:
     from budgetmix.steps import Turn
 
 __all__ = ["MAX_REQUEST_DEPTH", "TurnRequest", "plain_json", "request_problem", "send_as_is"]
-
-
-def _record_tool_results(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> None:
-    """Record each tool result after the request's last model output (the answers to
-    the previous response's tool calls), oldest first. Only Anthropic marks failures
-    (``is_error``); OpenAI results count as successes unless that call's outcome is
-    already known (an invalid call recorded as a mistake on arrival)."""
-    for call_id, ok, detail in reversed(answered_calls(kind, body)):
-        if isinstance(call_id, str) and call_id:
-            episode.record_tool_result(call_id, ok=ok, detail=detail)
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -310,7 +300,7 @@ class TurnRequest:
         self.model = model if isinstance(model, str) else None
         if episode.ledger.limit("cost_usd") is not None:
             pricing.require(self.model)
-        _record_tool_results(episode, kind, body)  # before the turn: they answer the last one
+        results_sent(episode, kind, body)  # before the turn: they answer the last one
         self.episode = episode
         self.kind: WireKind = kind
         self.pricing = pricing
@@ -392,12 +382,15 @@ class TurnRequest:
             ep.record_mistake(MistakeKind.MODEL_FORMAT_ERROR, detail="response has no output")
         calls = list(zip(parsed.tool_calls, parsed.call_arguments, strict=True))
         schemas = tool_schemas(self.kind, self._original.get("tools")) if calls else None
+        problems: dict[str, str] = {}
         for call, arguments in calls:
             problem = tool_call_problem(call.name, arguments, schemas, truncated=parsed.truncated)
             if problem is not None:  # a call without an id ("") has none to record
                 ep.record_mistake(
                     problem[0], tool=call.name, call_id=call.id or None, detail=problem[1]
                 )
+                problems[call.id] = str(problem[0])
+        calls_received(ep, turn, parsed, problems)
         message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
         if calls:
             message["tool_calls"] = [

@@ -44,6 +44,7 @@ __all__ = [
     "set_error",
     "set_usage",
     "tracer_is_no_op",
+    "wire_tool_span",
 ]
 
 log = logging.getLogger("budgetmix")
@@ -354,3 +355,43 @@ def set_error(span: trace.Span, error_type: str) -> None:
     """Mark ``span`` failed with ``error.type``."""
     span.set_attribute(sc.ERROR_TYPE, error_type)
     span.set_status(Status(StatusCode.ERROR))
+
+
+def wire_tool_span(
+    tracer: trace.Tracer,
+    parent: trace.Span,
+    name: str,
+    call_id: str,
+    *,
+    start_ns: int,
+    end_ns: int,
+    error: str | None,
+    content: tuple[Any, Any] | None,
+) -> None:
+    """One ended ``execute_tool {name}`` span, a child of ``parent`` (the turn whose
+    response made the call), for a call the agent ran itself, timed from the wire
+    (``budgetmix.tool.timing=wire``: an upper bound); ``error``: its ``error.type``;
+    ``content``: ``(arguments, result)``, given only when content is captured."""
+    attrs: dict[str, str] = {
+        sc.GEN_AI_OPERATION_NAME: "execute_tool",
+        sc.GEN_AI_TOOL_NAME: name,
+        sc.GEN_AI_TOOL_TYPE: "function",
+        sc.GEN_AI_TOOL_CALL_ID: call_id,
+        sc.BM_TOOL_TIMING: "wire",
+    }
+    span = tracer.start_span(
+        f"execute_tool {name}",
+        context=trace.set_span_in_context(parent),
+        kind=SpanKind.INTERNAL,
+        attributes=attrs,
+        start_time=start_ns,
+    )
+    if span.is_recording():
+        arguments, result = content if content is not None else (None, None)
+        if arguments is not None:
+            set_content(span, sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
+        if result is not None:
+            set_content(span, sc.GEN_AI_TOOL_CALL_RESULT, result)
+        if error is not None:
+            set_error(span, error)
+    span.end(end_time=end_ns)

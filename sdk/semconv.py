@@ -43,6 +43,7 @@ __all__ = [
     "BM_RETRY_DELAY_S",
     "BM_STATUS",
     "BM_STOP_REASON",
+    "BM_TOOL_TIMING",
     "BM_TURN",
     "BM_WIRE",
     "ERROR_TYPE",
@@ -102,6 +103,9 @@ BM_TURN = "budgetmix.turn"
 BM_NOTICE_FORMAT = "budgetmix.notice.format"
 BM_GRACE_TURN = "budgetmix.grace_turn"
 BM_WIRE = "budgetmix.wire"
+#: On an ``execute_tool`` span: ``wire`` when timed from the wire (an upper bound: from
+#: the response that made the call to the request carrying its result).
+BM_TOOL_TIMING = "budgetmix.tool.timing"
 BM_ACCOUNTING_POLICY = "budgetmix.accounting.policy"
 BM_ACCOUNTING_TURN_UNIT = "budgetmix.accounting.turn_unit"
 BM_ACCOUNTING_COUNT_RETRIES = "budgetmix.accounting.count_retries"

@@ -20,7 +20,13 @@ from budgetmix import semconv as sc
 from budgetmix._validate import check_int
 from budgetmix.events import MistakeKind, exception_text, mistake_kind
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, ConfigError
-from budgetmix.instrumentation import add_span_event, set_content, set_error, set_usage
+from budgetmix.instrumentation import (
+    add_span_event,
+    set_content,
+    set_error,
+    set_usage,
+    wire_tool_span,
+)
 from budgetmix.ledger import Ledger
 from budgetmix.notice import (
     with_notice_anthropic,
@@ -193,6 +199,37 @@ class Turn:
         """Attach an event to the turn's span (e.g. ``budgetmix.usage_missing``)."""
         if self._recording and not self._ended and self._span.is_recording():
             add_span_event(self._span, name, attributes)
+
+    def trace_tool_call(
+        self,
+        name: str,
+        call_id: str,
+        *,
+        start_ns: int,
+        end_ns: int,
+        error: str | None = None,
+        content: tuple[Any, Any] | None = None,
+    ) -> None:
+        """Write the ``execute_tool`` span (a child of this turn's) of a call this turn's
+        response made and the agent ran itself, timed from the wire: from the response
+        to the request carrying its result, an upper bound. ``content``: ``(arguments,
+        result)``, attached only when the controller captures content. The outcome is
+        :meth:`Episode.record_tool_result <budgetmix.Episode.record_tool_result>`'s."""
+        if not self._recording:
+            return  # a no-op span: its children are no-ops too
+        c = self.episode.controller
+        captured = content if c.capture_content else None
+        tracer = c.instrumentation.tracer
+        wire_tool_span(
+            tracer,
+            self._span,
+            name,
+            call_id,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            error=error,
+            content=captured,
+        )
 
     def failed(self, exc: BaseException) -> BudgetmixError:
         """Record a provider call's final failure (after retries); the error to raise.

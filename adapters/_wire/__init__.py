@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from budgetmix.adapters._wire import anthropic, chat, responses
-from budgetmix.adapters._wire.common import ParsedResponse
+from budgetmix.adapters._wire.common import ParsedResponse, ToolResult
 
 __all__ = [
     "Accumulator",
     "ParsedResponse",
+    "ToolResult",
     "WireKind",
     "accumulator",
     "answered_calls",
@@ -59,7 +60,7 @@ _TOOLS: dict[str, Callable[[Any], tuple[Any, Any] | None]] = {
     "responses": responses.declared_tool,
     "anthropic": anthropic.declared_tool,
 }
-_RESULTS: dict[str, Callable[[Mapping[str, Any]], list[tuple[Any, bool, str]]]] = {
+_RESULTS: dict[str, Callable[[Mapping[str, Any]], list[ToolResult]]] = {
     "chat": chat.answered_calls,
     "responses": responses.answered_calls,
     "anthropic": anthropic.answered_calls,
@@ -92,9 +93,9 @@ def declared_tool(kind: WireKind, tool: Any) -> tuple[Any, Any] | None:
     return _TOOLS[kind](tool)
 
 
-def answered_calls(kind: WireKind, body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
+def answered_calls(kind: WireKind, body: Mapping[str, Any]) -> list[ToolResult]:
     """The tool results a request of ``kind`` carries after its last model output,
-    newest first, as ``(call id, ok, detail)``."""
+    newest first."""
     return _RESULTS[kind](body)
 
 

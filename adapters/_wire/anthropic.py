@@ -18,6 +18,7 @@ from budgetmix.adapters._wire.common import (
     MAX_COUNT,
     SEQUENCES,
     ParsedResponse,
+    ToolResult,
     as_count,
     as_seq,
     as_str,
@@ -26,6 +27,7 @@ from budgetmix.adapters._wire.common import (
     neutral_response,
     reader,
     sse_event,
+    tool_result,
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
@@ -156,10 +158,10 @@ def declared_tool(tool: Any) -> tuple[Any, Any] | None:
     return field(tool, "name"), field(tool, "input_schema", {})
 
 
-def answered_calls(body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
-    """The ``tool_result`` blocks after the request's last model output, newest first, as
-    ``(call id, ok, detail)``: ``is_error: true`` is a failure, its content the detail."""
-    found: list[tuple[Any, bool, str]] = []
+def answered_calls(body: Mapping[str, Any]) -> list[ToolResult]:
+    """The ``tool_result`` blocks after the request's last model output, newest first:
+    ``is_error: true`` is a failure, and so is a result worded as one."""
+    found: list[ToolResult] = []
     messages = body.get("messages")
     for message in reversed(messages if isinstance(messages, SEQUENCES) else ()):
         if field(message, "role") == "assistant":
@@ -168,10 +170,9 @@ def answered_calls(body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
         blocks: list[Any] = content if isinstance(content, list) else []
         for block in reversed(blocks):
             if field(block, "type") == "tool_result":
-                failed = bool(field(block, "is_error", False))
-                text = field(block, "content", "") if failed else ""
-                detail = str(text)[:300] if text else ""
-                found.append((field(block, "tool_use_id"), not failed, detail))
+                flagged = bool(field(block, "is_error", False))
+                result = field(block, "content", "")
+                found.append(tool_result(field(block, "tool_use_id"), result, is_error=flagged))
     return found
 
 

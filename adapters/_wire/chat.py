@@ -17,6 +17,7 @@ from typing import Any
 from budgetmix.adapters._wire.common import (
     SEQUENCES,
     ParsedResponse,
+    ToolResult,
     as_count,
     as_seq,
     as_str,
@@ -25,6 +26,7 @@ from budgetmix.adapters._wire.common import (
     neutral_response,
     reader,
     sse_event,
+    tool_result,
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
@@ -175,17 +177,18 @@ def declared_tool(tool: Any) -> tuple[Any, Any] | None:
     return field(fn, "name"), field(fn, "parameters", {})
 
 
-def answered_calls(body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
-    """The tool results after the request's last model output, newest first, as
-    ``(call id, ok, detail)``: Chat Completions results carry no error flag."""
-    found: list[tuple[Any, bool, str]] = []
+def answered_calls(body: Mapping[str, Any]) -> list[ToolResult]:
+    """The tool results after the request's last model output, newest first: Chat
+    Completions results carry no error flag, so a failure is one worded as such
+    (:func:`~budgetmix.adapters._wire.common.reads_as_error`)."""
+    found: list[ToolResult] = []
     messages = body.get("messages")
     for message in reversed(messages if isinstance(messages, SEQUENCES) else ()):
         role = field(message, "role")
         if role == "assistant":
             break
         if role == "tool":
-            found.append((field(message, "tool_call_id"), True, ""))
+            found.append(tool_result(field(message, "tool_call_id"), field(message, "content")))
     return found
 
 

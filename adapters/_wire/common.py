@@ -10,11 +10,12 @@ field of the wrong type reads as absent, never as a crash.
 from __future__ import annotations
 
 import json
+import re
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import Any
+from typing import Any, NamedTuple
 
 from budgetmix.adapters.base import ModelResponse, ToolCallRequest, Usage
 
@@ -22,6 +23,7 @@ __all__ = [
     "MAX_COUNT",
     "SEQUENCES",
     "ParsedResponse",
+    "ToolResult",
     "as_count",
     "as_seq",
     "as_str",
@@ -30,8 +32,11 @@ __all__ = [
     "field",
     "neutral_response",
     "reader",
+    "reads_as_error",
     "repr_bounded",
+    "result_text",
     "sse_event",
+    "tool_result",
 ]
 
 
@@ -203,3 +208,46 @@ def sse_event(event: str | None, data: Any) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
+
+
+class ToolResult(NamedTuple):
+    """A tool result a request carries: the call it answers, whether it failed (flagged,
+    or :func:`reads_as_error`), the error text (bounded, only when it failed) and the
+    content as sent (for opt-in content capture)."""
+
+    call_id: Any
+    ok: bool
+    detail: str
+    content: Any
+
+
+#: How frameworks word a failed tool in its result when the wire has no error flag: the
+#: OpenAI Agents SDK ("An error occurred while running the tool..."), LangGraph's ToolNode
+#: ("Error: ..."), Pydantic AI's retry prompt ("... Fix the errors and try again."), a
+#: Python traceback. Anchored at the start (or that one ending), so a result that merely
+#: mentions an error is a success.
+_ERROR_TEXT = re.compile(
+    r"\A\s*(?:error\b|an error occurred|exception\b|traceback \(most recent call last\))"
+    r"|fix the errors and try again\.?\s*\Z",
+    re.IGNORECASE,
+)
+
+
+def result_text(content: Any) -> str:
+    """A tool result's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    parts = [field(p, "text") for p in as_seq(content)]
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+def reads_as_error(text: str) -> bool:
+    """Whether a tool result's text is worded as a failure (see :data:`_ERROR_TEXT`)."""
+    return bool(text) and _ERROR_TEXT.search(text[:4096]) is not None
+
+
+def tool_result(call_id: Any, content: Any, *, is_error: bool = False) -> ToolResult:
+    """The :class:`ToolResult` for a result with this ``content`` (``is_error``: flagged)."""
+    text = result_text(content)
+    failed = is_error or reads_as_error(text)
+    return ToolResult(call_id, not failed, text[:300] if failed else "", content)

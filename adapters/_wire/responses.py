@@ -15,11 +15,13 @@ from budgetmix.adapters._wire.chat import read_usage
 from budgetmix.adapters._wire.common import (
     SEQUENCES,
     ParsedResponse,
+    ToolResult,
     as_seq,
     as_str,
     as_text,
     field,
     sse_event,
+    tool_result,
 )
 
 __all__ = [
@@ -91,17 +93,17 @@ def declared_tool(tool: Any) -> tuple[Any, Any] | None:
     return field(tool, "name"), field(tool, "parameters", {})
 
 
-def answered_calls(body: Mapping[str, Any]) -> list[tuple[Any, bool, str]]:
-    """The function call outputs after the request's last model output, newest first, as
-    ``(call id, ok, detail)``: Responses outputs carry no error flag."""
-    found: list[tuple[Any, bool, str]] = []
+def answered_calls(body: Mapping[str, Any]) -> list[ToolResult]:
+    """The function call outputs after the request's last model output, newest first:
+    Responses outputs carry no error flag, so a failure is one worded as such."""
+    found: list[ToolResult] = []
     items = body.get("input")
     for item in reversed(items if isinstance(items, SEQUENCES) else ()):
         kind = field(item, "type")
         if kind == "function_call" or field(item, "role") == "assistant":
             break
         if kind == "function_call_output":
-            found.append((field(item, "call_id"), True, ""))
+            found.append(tool_result(field(item, "call_id"), field(item, "output")))
     return found
 
 

@@ -49,14 +49,18 @@ def test_tool_arguments_nested_100k_deep_are_invalid_tool_arguments_through_the_
     assert kinds(ep) == ["invalid_tool_arguments"] and ep.state.used["turns"] == 1
 
 
-def test_a_response_body_nested_100k_deep_is_a_model_format_error_through_the_transport() -> None:
+def test_a_response_body_nested_100k_deep_is_a_response_format_error_through_the_transport() -> (
+    None
+):
     body = b'{"choices": [{"message": {"content": ' + NESTED.encode() + b"}}]}"
     rig = make_rig([Reply(body=body), Reply.say("ok")])
     with rig.controller.episode() as ep, httpx.Client(transport=transport(rig)) as http:
-        first = http.post("http://fake.test/v1/chat/completions", json=chat_request())
+        with pytest.raises(ResponseFormatError) as info:  # as through the wrapper, below
+            http.post("http://fake.test/v1/chat/completions", json=chat_request())
         second = http.post("http://fake.test/v1/chat/completions", json=chat_request())
-    assert first.content == body and second.status_code == 200  # passed on as it came
-    assert kinds(ep) == ["model_format_error"] and ep.state.used["turns"] == 2
+    assert "could not be read" in str(info.value) and "nest" in str(info.value)
+    assert second.status_code == 200
+    assert kinds(ep) == ["provider_error"] and ep.state.used["turns"] == 1
 
 
 @pytest.mark.parametrize("raw", [False, True], ids=["create", "with_raw_response"])
