@@ -5,21 +5,26 @@ sampled ids with their log-probabilities. :class:`ModelGenerator` samples all
 episodes of a batch in one forward pass per token and keeps each episode's KV
 cache from one turn to the next (:mod:`budgetmix.training.sampler`), so a
 turn costs only its new ids. :class:`ScriptedGenerator` asks a
-scripted agent for the action text and encodes it, so demonstrations for SFT
-have exactly the token layout of sampled rollouts.
+scripted agent for its reply and writes it as the chat template's canonical
+rendering of that assistant message, so demonstrations for SFT have exactly
+the token layout of sampled rollouts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from budgetmix.environment import Environment
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
 from budgetmix.training.sampler import Generation, KVCacheSampler, SamplingRule, stop_token_ids
+
+if TYPE_CHECKING:
+    from budgetmix.adapters.base import ToolSpec
+    from budgetmix.training.chat import ChatCodec
 
 __all__ = [
     "DemoAgent",
@@ -37,6 +42,8 @@ class GenerationRequest:
 
     ``episode`` keys the episode's KV cache in :class:`ModelGenerator` (unique
     among the requests of one call); ``None`` re-reads the whole context.
+    ``messages`` and ``tools`` are the chat so far (OpenAI-style rows) and the
+    tools it is rendered with, which a demonstrator's reply is rendered after.
     """
 
     context_ids: Sequence[int]
@@ -44,6 +51,8 @@ class GenerationRequest:
     message: str
     state: LedgerState
     episode: int | None = None
+    messages: Sequence[Mapping[str, Any]] = ()
+    tools: Sequence[ToolSpec] = ()
 
 
 class TokenGenerator(Protocol):
@@ -56,27 +65,50 @@ class TokenGenerator(Protocol):
         ...
 
 
-#: A scripted agent: the request (live environment, latest message, ledger state) -> action text.
-DemoAgent = Callable[[GenerationRequest], str]
+#: A scripted agent: the request (live environment, latest message, ledger state, chat so
+#: far) -> its reply: the action text, or an assistant message (``content`` and
+#: ``tool_calls`` with ``{"function": {"name", "arguments": <dict>}}`` entries).
+DemoAgent = Callable[[GenerationRequest], "str | Mapping[str, Any]"]
 
 
 class ScriptedGenerator:
-    """Generations written by a scripted agent (demonstrations, tests); log-probs are 0."""
+    """Generations written by a scripted agent (demonstrations, tests); log-probs are 0.
 
-    def __init__(self, agent: DemoAgent, tokenizer: Any) -> None:
+    With a :class:`~budgetmix.training.chat.ChatCodec` the reply is the template's
+    canonical rendering of the agent's assistant message after the request's chat
+    (its end-of-turn token included); with a bare tokenizer, the encoded text
+    followed by the tokenizer's EOS.
+    """
+
+    def __init__(self, agent: DemoAgent, codec: ChatCodec | Any) -> None:
+        from budgetmix.training.chat import ChatCodec
+
         self.agent = agent
-        self.tokenizer = tokenizer
-        self.eos: int = int(tokenizer.eos_token_id)
+        self.codec: ChatCodec | None = codec if isinstance(codec, ChatCodec) else None
+        self.tokenizer: Any = codec.tokenizer if self.codec is not None else codec
+        self.eos: int = (
+            self.codec.eos_token_id if self.codec is not None else int(codec.eos_token_id)
+        )
+
+    def _reply_ids(self, req: GenerationRequest) -> list[int]:
+        reply = self.agent(req)
+        if self.codec is not None:
+            row = {"role": "assistant", "content": reply} if isinstance(reply, str) else reply
+            return self.codec.reply_ids(req.messages, row, req.tools)
+        if not isinstance(reply, str):
+            raise ConfigError(
+                "ScriptedGenerator: a message reply needs a ChatCodec, not a tokenizer"
+            )
+        return [*self.tokenizer.encode(reply, add_special_tokens=False), self.eos]
 
     def generate(
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:
-        """The agent's action text for each request, encoded and ended with EOS; cut at
+        """The agent's reply for each request as ids ending with the stop id; cut at
         ``max_new_tokens`` ids (then not ``stopped``)."""
         out = []
         for req in requests:
-            ids = [*self.tokenizer.encode(self.agent(req), add_special_tokens=False)]
-            ids.append(self.eos)
+            ids = self._reply_ids(req)
             stopped = len(ids) <= max_new_tokens
             ids = ids[:max_new_tokens]
             out.append(Generation(tuple(ids), (0.0,) * len(ids), stopped))

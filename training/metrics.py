@@ -16,8 +16,9 @@ RolloutSummary = dict[str, Any]
 
 
 def summary_of(r: Rollout) -> RolloutSummary:
-    """Reduce a rollout to its budget, reward, success, turns, termination, token counts
-    and whether its token ids drifted."""
+    """Reduce a rollout to its budget, reward, success, turns, termination, token counts,
+    whether its token ids drifted fatally (a template or boundary error), and its harmless
+    drifts (non-canonical sampled tokens; sampled replies the template re-renders)."""
     return {
         "budget": r.budget.turns,
         "reward": r.reward,
@@ -26,7 +27,9 @@ def summary_of(r: Rollout) -> RolloutSummary:
         "termination": r.termination,
         "sampled_tokens": r.sampled_tokens,
         "tokens": len(r.prompt_ids) + len(r.response_ids),
-        "drift": r.drift is not None,
+        "drift": any(d.fatal for d in r.drifts),
+        "noncanonical_spans": r.noncanonical_spans,
+        "sampled_text_drifts": sum(d.kind == "sampled_text" for d in r.drifts),
     }
 
 
@@ -49,6 +52,8 @@ def summarize(rows: Sequence[RolloutSummary]) -> dict[str, Any]:
     out: dict[str, Any] = _block(rows)
     out["sampled_tokens"] = sum(r["sampled_tokens"] for r in rows)
     out["drift_count"] = sum(int(r["drift"]) for r in rows)
+    out["noncanonical_spans"] = sum(int(r.get("noncanonical_spans", 0)) for r in rows)
+    out["sampled_text_drifts"] = sum(int(r.get("sampled_text_drifts", 0)) for r in rows)
     terms: dict[str, int] = {}
     for r in rows:
         terms[r["termination"]] = terms.get(r["termination"], 0) + 1

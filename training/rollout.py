@@ -1,11 +1,20 @@
 """Budget-aware multi-turn rollouts, many episodes in parallel, token-in/token-out.
 
 Per episode: a real :class:`~budgetmix.ledger.Ledger` for the drawn budget T
-charges each turn before the model is called, and the environment message
-carries the notice rendered from its state (:func:`environment_message`).
-The ids of turn n+1 are the ids so far + the sampled ids + the ids of the new
-environment message; only sampled ids have ``response_mask`` 1. A rollout
-that runs out of budget gets reward 0 and stays in the batch.
+charges each turn before the model is called, and the turn's observation
+carries the notice rendered from its state (:func:`environment_message`,
+placement ``"observation"``: kept in the history, as the controller does for a
+model trained here). The chat is the deployment layout (docs/layout.md):
+``[system: instructions, user: task + notice]``, then per turn the assistant
+message and the environment's messages: for a
+:class:`~budgetmix.training.envs.tool_env.ToolCallEnvironment` one ``tool``
+message per call (the last carries the notice; several calls are one turn), or
+a ``user`` message for a reply without calls and for a text
+:class:`~budgetmix.environment.Environment`. Tools go to the template on every
+render. The ids of turn n+1 are the ids so far + the sampled ids (as sampled) +
+the template's rendering of the new messages (:meth:`ChatCodec.continuation`);
+only sampled ids have ``response_mask`` 1. A rollout that runs out of budget
+gets reward 0 and stays in the batch.
 
 Termination reasons: ``success``; ``failure`` (the environment ended the
 episode without success); ``format_error`` (it ended it on an invalid
@@ -16,16 +25,20 @@ would not fit in ``max_total_tokens``: truncated, and labelled so).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from budgetmix._validate import check_choice, check_int
+from budgetmix.adapters.base import ToolSpec
 from budgetmix.budget import Budget
-from budgetmix.environment import StepLabel, Task
+from budgetmix.environment import StepLabel, StepResult, Task
 from budgetmix.ledger import Ledger
+from budgetmix.notice import append_notice, render_notice
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
+from budgetmix.training.envs.tool_env import ToolCallEnvironment
 from budgetmix.training.generation import GenerationRequest, TokenGenerator
 
 __all__ = [
@@ -47,8 +60,10 @@ class RolloutSettings:
     """Limits and checks of a rollout batch.
 
     ``token_check``: ``"report"`` compares every finished rollout with a full
-    re-render of its chat and records any drift in :attr:`Rollout.drift`;
-    ``"strict"`` raises :class:`TokenDriftError` instead.
+    re-render of its chat and records what differs in :attr:`Rollout.drifts`
+    (classified, :data:`~budgetmix.training.chat.DriftKind`); ``"strict"`` also
+    raises :class:`TokenDriftError` on a template or boundary error (non-canonical
+    sampled tokens are counted, never fatal).
 
     Raises:
         ConfigError: a non-positive token limit (message names the field).
@@ -76,7 +91,8 @@ class EpisodeSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRecord:
-    """One turn: the action text and what the environment said about it."""
+    """One turn: the reply text and what the environment said about it (a turn's tool calls
+    combined: rewards summed, observations joined by newlines, the first mistake's label)."""
 
     turn: int
     action: str
@@ -92,7 +108,9 @@ class Rollout:
     ``response_ids`` holds everything after the opening prompt: sampled ids
     and environment-message ids interleaved; ``response_mask`` is 1 exactly on
     sampled ids; ``logprobs`` holds the sampler's log-prob of each sampled id
-    (0.0 elsewhere). ``drift`` is set when the strict re-render check failed.
+    (0.0 elsewhere). ``messages`` is the chat (OpenAI-style rows, notices in the
+    observations). With a token check, ``drifts`` lists what differs from a full
+    re-render and ``drift`` is the first fatal one, else the first.
     """
 
     task_id: str
@@ -108,8 +126,14 @@ class Rollout:
     num_turns: int
     termination: Termination
     steps: tuple[StepRecord, ...]
-    messages: tuple[dict[str, str], ...] = field(repr=False)
+    messages: tuple[dict[str, Any], ...] = field(repr=False)
     drift: TokenDrift | None = None
+    drifts: tuple[TokenDrift, ...] = ()
+
+    @property
+    def noncanonical_spans(self) -> int:
+        """Sampled spans whose ids are not the canonical tokenization of their text (fine)."""
+        return sum(d.kind == "tokenization" for d in self.drifts)
 
     @property
     def sampled_tokens(self) -> int:
@@ -127,30 +151,49 @@ class _Episode:
         "message",
         "messages",
         "prompt_len",
+        "prompt_text",
         "reward",
         "spec",
         "steps",
         "termination",
+        "tools",
     )
 
     def __init__(self, spec: EpisodeSpec, codec: ChatCodec, fmt: str) -> None:
         self.spec = spec
-        self.env = spec.task.make_env()
+        env = spec.task.make_env()
+        self.tools: tuple[ToolSpec, ...] = (
+            tuple(env.tool_specs()) if isinstance(env, ToolCallEnvironment) else ()
+        )
+        self.env: Any = env  # a text Environment or a ToolCallEnvironment
         # A fixed clock: notices must not depend on how fast the machine is.
         self.ledger = Ledger(Budget(turns=spec.budget.turns), clock=lambda: 0.0)
         observation = self.env.reset(spec.task.seed)
         refused = self.ledger.try_charge_turn()
         assert refused is None  # Budget.turns >= 1, so the first turn always fits
         self.message = environment_message(observation, self.ledger.state(in_turn=True), fmt)
-        instructions = self.env.instructions()
-        self.messages = codec.opening_messages(instructions, self.message)
-        self.ids = codec.prompt_ids(instructions, self.message)
+        self.messages: list[dict[str, Any]] = codec.opening_messages(
+            self.env.instructions(), self.message
+        )
+        self.prompt_text = codec.render(self.messages, generation_prompt=True, tools=self.tools)
+        self.ids = codec.encode(self.prompt_text)
         self.prompt_len = len(self.ids)
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.steps: list[StepRecord] = []
         self.reward = 0.0
         self.termination: Termination | None = None
+
+    def request(self, key: int) -> GenerationRequest:
+        return GenerationRequest(
+            self.ids,
+            self.env,
+            self.message,
+            self.ledger.state(in_turn=True),
+            key,  # a caching generator feeds only the ids since the last turn
+            messages=tuple(self.messages),
+            tools=self.tools,
+        )
 
 
 def run_rollouts(
@@ -163,7 +206,9 @@ def run_rollouts(
 
     Raises:
         TokenDriftError: ``settings.token_check == "strict"`` and a rollout's ids differ
-            from a full re-render of its chat.
+            from a full re-render of its chat in a template or boundary span.
+        TemplateStabilityError: the chat template re-renders earlier turns once the
+            environment's messages are added (see docs/layout.md for the way out).
         ConfigError: the notice format is unknown.
     """
     fmt = settings.notice_format
@@ -175,10 +220,7 @@ def run_rollouts(
         active = [ep for ep in episodes if ep.termination is None]
         if not active:
             break
-        requests = [
-            GenerationRequest(ep.ids, ep.env, ep.message, ep.ledger.state(in_turn=True))
-            for ep in active
-        ]
+        requests = [ep.request(n) for n, ep in enumerate(episodes) if ep.termination is None]
         for ep, gen in zip(
             active, generator.generate(requests, settings.max_new_tokens), strict=True
         ):
@@ -192,17 +234,22 @@ def run_rollouts(
 def _advance(
     ep: _Episode, sampled: Sequence[int], stopped: bool, codec: ChatCodec, settings: RolloutSettings
 ) -> None:
-    action = codec.decode(sampled[:-1] if stopped else sampled)
-    ep.messages.append({"role": "assistant", "content": action})
+    text = codec.reply_text(sampled, stopped=stopped)
+    turn = ep.ledger.state().turns_used
+    if ep.tools:
+        reply = codec.template.reply_row(text, id_prefix=f"call_{turn}")
+    else:
+        reply = {"role": "assistant", "content": text}
+    ep.messages.append(reply)
     if not stopped:
         ep.termination = "length"
         return
-    result = ep.env.step(action)
+    result, answers = _environment_step(ep, reply, text)
     ep.reward += result.reward
     ep.steps.append(
         StepRecord(
-            turn=ep.ledger.state().turns_used,
-            action=action,
+            turn=turn,
+            action=text,
             observation=result.observation,
             reward=result.reward,
             label=result.label,
@@ -217,28 +264,74 @@ def _advance(
     if ep.ledger.try_charge_turn() is not None:
         ep.termination = "budget_exhausted"
         return
-    message = environment_message(
-        result.observation, ep.ledger.state(in_turn=True), settings.notice_format
-    )
-    env_ids = codec.env_message_ids(message)
+    notice = render_notice(ep.ledger.state(in_turn=True), settings.notice_format)
+    answers[-1] = {**answers[-1], "content": append_notice(answers[-1]["content"], notice)}
+    prompt_text, env_ids = codec.continuation(ep.messages, answers, ep.tools, ep.prompt_text)
     if len(ep.ids) + len(env_ids) + settings.max_new_tokens > settings.max_total_tokens:
         ep.ledger.refund_turn()  # the turn was never taken
         ep.termination = "length"
         return
-    ep.message = message
-    ep.messages.append({"role": "user", "content": message})
+    ep.message = answers[-1]["content"]
+    ep.messages.extend(answers)
+    ep.prompt_text = prompt_text
     ep.ids.extend(env_ids)
     ep.mask.extend([0] * len(env_ids))
     ep.logprobs.extend([0.0] * len(env_ids))
 
 
+def _environment_step(
+    ep: _Episode, reply: dict[str, Any], text: str
+) -> tuple[StepResult, list[dict[str, Any]]]:
+    """The environment's answer to one reply: its combined result and its messages."""
+    calls = reply.get("tool_calls") or []
+    if not ep.tools:
+        result = ep.env.step(text)
+        return result, [{"role": "user", "content": result.observation}]
+    if not calls:
+        result = ep.env.respond(str(reply["content"]))
+        return result, [{"role": "user", "content": result.observation}]
+    results, answers = [], []
+    for call in calls:
+        fn = call["function"]
+        args = fn["arguments"]
+        result = ep.env.call_tool(fn["name"], args if isinstance(args, str) else json.dumps(args))
+        results.append(result)
+        answers.append(
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "name": fn["name"],
+                "content": result.observation,
+            }
+        )
+    return _combined(results), answers
+
+
+def _combined(results: Sequence[StepResult]) -> StepResult:
+    """One turn's tool results as one step: rewards summed, done if any is, the first
+    mistake's label (else the last label)."""
+    if len(results) == 1:
+        return results[0]
+    label = next((r.label for r in results if r.label.mistake), results[-1].label)
+    return StepResult(
+        observation="\n".join(r.observation for r in results),
+        reward=sum(r.reward for r in results),
+        done=any(r.done for r in results),
+        success=any(r.done and r.success for r in results),
+        label=label,
+    )
+
+
 def _finish(ep: _Episode, codec: ChatCodec, settings: RolloutSettings) -> Rollout:
     assert ep.termination is not None
-    drift = None
+    drifts: list[TokenDrift] = []
     if settings.token_check != "off":
-        drift = codec.check_continuity(ep.messages, ep.ids)
-        if drift is not None and settings.token_check == "strict":
-            raise TokenDriftError(drift)
+        mask = [0] * ep.prompt_len + ep.mask
+        drifts = codec.drifts(ep.messages, ep.ids, sampled_mask=mask, tools=ep.tools)
+        fatal = next((d for d in drifts if d.fatal), None)
+        if fatal is not None and settings.token_check == "strict":
+            raise TokenDriftError(fatal)
+    drift = next((d for d in drifts if d.fatal), drifts[0] if drifts else None)
     spec = ep.spec
     # Out of budget (or truncated) means no task reward, whatever partial credit the env gave.
     reward = ep.reward if ep.termination in ("success", "failure", "format_error") else 0.0
@@ -258,4 +351,5 @@ def _finish(ep: _Episode, codec: ChatCodec, settings: RolloutSettings) -> Rollou
         steps=tuple(ep.steps),
         messages=tuple(ep.messages),
         drift=drift,
+        drifts=tuple(drifts),
     )

@@ -2,18 +2,21 @@
 
 Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
 
-* :class:`TrainedPolicyAgent` acts in any :class:`~budgetmix.environment.Environment`
+* :class:`TrainedPolicyAgent` acts in any text :class:`~budgetmix.environment.Environment`
   under the controller (it is a :class:`budgetmix.environment.EnvAgent`). It
-  builds its context exactly like a training rollout — token in, token out:
-  the prompt ids, then per turn the sampled ids plus the ids of
-  ``observation + "\\n" + notice`` with the notice rendered by the controller
-  (the controller's notice bytes are the bytes the model was trained on; see
-  :func:`budgetmix.training.chat.environment_message`). Earlier notices stay in
-  the context, as they did in training. ``budgetmix eval --agent checkpoint``
-  uses it.
+  builds its context exactly like a training rollout — token in, token out, in
+  the model's chat template: the prompt ids, then per turn the sampled ids plus
+  the template's rendering of the user message ``observation + "\\n" + notice``
+  (:meth:`~budgetmix.training.chat.ChatCodec.continuation`) with the notice
+  rendered by the controller (the bytes the model was trained on). Earlier
+  notices stay in the context, as they did in training. ``budgetmix eval
+  --agent checkpoint`` uses it.
 * :func:`chat_model` loads the checkpoint as a
   :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
-  (``run_agent``) when a chat-style deployment is wanted instead.
+  (``run_agent``), the deployment of tool-calling environments. Give the
+  controller the notice placement the model was trained with,
+  ``NotifyEveryTurn(placement="observation")``: then the model is fed, turn by
+  turn, the ids a training rollout of the same episode holds (docs/layout.md).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from budgetmix.environment import Environment
 from budgetmix.exceptions import BudgetmixError, ConfigError
+from budgetmix.notice import append_notice
 
 __all__ = ["TrainedPolicyAgent", "chat_model"]
 
@@ -58,13 +62,15 @@ class TrainedPolicyAgent:
         from budgetmix.training.chat import ChatCodec
         from budgetmix.training.generation import ModelGenerator
 
-        self.codec = ChatCodec(tokenizer)
+        self.codec = ChatCodec.for_model(model, tokenizer)
         self.max_new_tokens = max_new_tokens
         self.generator = ModelGenerator.seeded(
             model, tokenizer, temperature=temperature, batch_size=1, seed=seed
         )
         self._instructions = ""
         self._ids: list[int] | None = None
+        self._messages: list[dict[str, Any]] = []
+        self._prompt_text = ""
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **options: Any) -> TrainedPolicyAgent:
@@ -86,23 +92,38 @@ class TrainedPolicyAgent:
         """Begin an episode in ``env`` (called once per episode by the evaluator)."""
         self._instructions = env.instructions()
         self._ids = None
+        self._messages = []
 
     def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
-        """The model's next action for ``observation`` under ``notice``."""
-        message = f"{observation}\n{notice}" if notice else observation
+        """The model's next action for ``observation`` under ``notice``.
+
+        Raises:
+            TemplateStabilityError: the chat template re-renders earlier turns.
+            BudgetmixError: the context grew past 100k tokens.
+        """
+        message = append_notice(observation, notice) if notice else observation
         if self._ids is None:
-            ids = self.codec.prompt_ids(self._instructions, message)
+            self._messages = self.codec.opening_messages(self._instructions, message)
+            self._prompt_text = self.codec.render(self._messages, generation_prompt=True)
+            ids = self.codec.encode(self._prompt_text)
         else:
-            ids = self._ids + self.codec.env_message_ids(message)
+            user = [{"role": "user", "content": message}]
+            self._prompt_text, new = self.codec.continuation(
+                self._messages, user, (), self._prompt_text
+            )
+            self._messages.extend(user)
+            ids = self._ids + new
         (generation,) = self.generator.generate_ids([ids], self.max_new_tokens)
         sampled = list(generation.ids)
         if not generation.stopped:
-            # as in training, a response is closed by EOS before the next message
-            sampled.append(self.generator.eos)
+            # as in training, a response is closed by its end-of-turn token before the next
+            sampled.append(self.codec.eos_token_id)
         self._ids = ids + sampled
         if len(self._ids) > 100_000:
             raise BudgetmixError("context grew past 100k tokens; the episode is runaway")
-        return self.codec.decode(sampled[:-1])
+        action = self.codec.reply_text(sampled, stopped=True)
+        self._messages.append({"role": "assistant", "content": action})
+        return action
 
 
 def chat_model(path: str | Path, **options: Any) -> Any:

@@ -105,6 +105,7 @@ def make_rollout_func(
         gen = ModelGenerator(
             model,
             eos_token_id=codec.eos_token_id,
+            stop_token_ids=codec.stop_token_ids,
             pad_token_id=int(tokenizer.pad_token_id),
             temperature=temperature,
             generator=sample_gen,
