@@ -158,23 +158,22 @@ def with_notice_openai_responses(input_items: str | Sequence[Any], notice: str) 
 def with_notice_anthropic(messages: Sequence[Any], notice: str) -> list[Any]:
     """Anthropic messages with the notice as a text block after the last user content.
 
-    When the last message is a user turn (typically carrying ``tool_result``
-    blocks) the notice is appended to a copy of it, as the API requires
-    tool results to be the first blocks of the user turn that follows a
-    ``tool_use``; otherwise a new user message is added.
+    When the last message is a user turn with a list of blocks (typically
+    ``tool_result`` blocks) the notice is appended to a copy of it, as the API
+    requires tool results to be the first blocks of the user turn that follows a
+    ``tool_use``; otherwise (a string content included, which stays a string: the
+    next request sends it so, and its bytes must not change between turns, for the
+    prompt cache) a new user message is added, which the API joins to the turn.
     """
     out = list(messages)
     block = {"type": "text", "text": notice}
-    if out and isinstance(out[-1], dict) and out[-1].get("role") == "user":
-        last = dict(out[-1])
+    last = out[-1] if out else None
+    if isinstance(last, dict) and last.get("role") == "user":
         content = last.get("content")
-        if isinstance(content, str):
-            last["content"] = [{"type": "text", "text": content}, block]
-        else:
-            last["content"] = [*(content or []), block]
-        out[-1] = last
-    else:
-        out.append({"role": "user", "content": [block]})
+        if not isinstance(content, str):
+            out[-1] = {**last, "content": [*(content or []), block]}
+            return out
+    out.append({"role": "user", "content": [block]})
     return out
 
 

@@ -229,8 +229,9 @@ def test_anthropic_notice_is_a_text_block_after_the_tool_results() -> None:
         {"type": "text", "text": "N"},
     ]
     as_str = with_notice_anthropic([{"role": "user", "content": "hi"}], "N")
-    assert as_str == [
-        {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "N"}]}
+    assert as_str == [  # the string stays as the next request sends it (prompt cache)
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "text", "text": "N"}]},
     ]
     after_assistant = with_notice_anthropic([{"role": "assistant", "content": "x"}], "N")
     assert after_assistant[-1] == {"role": "user", "content": [{"type": "text", "text": "N"}]}
