@@ -51,6 +51,7 @@ from budgetmix.exceptions import ConfigError
 if TYPE_CHECKING:
     from budgetmix.adapters.chat_template import ChatTemplate
     from budgetmix.adapters.loop import AgentRun
+    from budgetmix.training.config import TrainConfig
     from budgetmix.training.rollout import Rollout
 
 __all__ = [
@@ -384,6 +385,7 @@ class RecordedBatches:
         *,
         notice_format: str,
         max_total_tokens: int,
+        default_turns: int = 1,
     ) -> RecordedBatches:
         """Read ``path`` and render it with the model's own chat template.
 
@@ -398,8 +400,28 @@ class RecordedBatches:
             template,
             notice_format=notice_format,
             max_total_tokens=max_total_tokens,
+            default_turns=default_turns,
         )
         return cls(rows)
+
+    @classmethod
+    def from_config(cls, config: TrainConfig, model: Any, tokenizer: Any) -> RecordedBatches | None:
+        """The rows of ``config.sft_data`` (``None`` without one); a record without a turn
+        budget gets the sampler's largest.
+
+        Raises:
+            ConfigError: as :meth:`load`.
+        """
+        if config.sft_data is None:
+            return None
+        return cls.load(
+            config.sft_data,
+            tokenizer,
+            model,
+            notice_format=config.notice_format,
+            max_total_tokens=config.max_total_tokens,
+            default_turns=max(config.budget_sampler().support()),
+        )
 
     def batch(self, rng: random.Random, size: int, world: int, rank: int) -> list[Rollout]:
         """``size`` rows drawn with ``rng`` (same draws on every process); this process's

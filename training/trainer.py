@@ -1,4 +1,4 @@
-"""The training loop: SFT warm start on scripted demonstrations, then GRPO/RLOO with budget draws.
+"""The training loop: SFT warm start (scripted demonstrations or recorded episodes), then GRPO/RLOO.
 
 Global steps ``0 .. sft_steps-1`` are SFT steps, the rest RL steps. Each RL
 step draws ``groups_per_step`` tasks (seeds) and, per group, one budget
@@ -42,6 +42,7 @@ from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
 from budgetmix.training.models import build_policy
 from budgetmix.training.provenance import write_training_env
+from budgetmix.training.recordings import RecordedBatches
 from budgetmix.training.rollout import (
     EpisodeSpec,
     Rollout,
@@ -86,6 +87,7 @@ class Trainer:
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.codec = ChatCodec(self.tokenizer)
         self.env = env_spec(config.env)
+        self.recorded = RecordedBatches.from_config(config, model, self.tokenizer)
         self.sampler = config.budget_sampler()
         self.rng = random.Random(config.seed)
         self.sample_gen = torch.Generator().manual_seed(config.seed * 1000 + self.rank)
@@ -262,10 +264,10 @@ class Trainer:
         return {k: sum(v) / len(v) for k, v in stats.items()}
 
     def sft_step(self) -> dict[str, Any]:
-        """One supervised step on freshly generated scripted demonstrations."""
+        """One supervised step on scripted demonstrations or recorded episodes (sft_data)."""
         cfg = self.config
         lr = self._set_lr(cfg.sft_lr, self.step)
-        agent_seed = self.rng.randrange(2**31)
+        agent_seed = self.rng.randrange(2**31) + self.rank
         specs = [
             EpisodeSpec(
                 task=self._task(self.rng.randrange(cfg.num_train_seeds)),
@@ -274,10 +276,12 @@ class Trainer:
             )
             for i in range(cfg.sft_batch)
         ]
-        agent = self.env.make_demo_agent(cfg.env_kwargs, cfg.sft_error_rate, agent_seed + self.rank)
-        demos = run_rollouts(
-            self._local(specs), ScriptedGenerator(agent, self.tokenizer), self.codec, self.settings
-        )
+        if self.recorded is not None:  # sft_data: recorded episodes, not a demonstrator
+            demos = self.recorded.batch(self.rng, cfg.sft_batch, self.world, self.rank)
+        else:
+            agent = self.env.make_demo_agent(cfg.env_kwargs, cfg.sft_error_rate, agent_seed)
+            generator = ScriptedGenerator(agent, self.tokenizer)
+            demos = run_rollouts(self._local(specs), generator, self.codec, self.settings)
 
         def loss_fn(chunk: list[Rollout], batch: Any, logp: torch.Tensor, start: int) -> Any:
             mask = batch.loss_mask.to(logp.device)
