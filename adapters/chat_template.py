@@ -177,6 +177,18 @@ def _calls_of(row: Mapping[str, Any]) -> list[ToolCallRequest]:
     return calls
 
 
+def _wire_row(row: Row) -> Row:
+    """An assistant row as a server with this template sees it: Chat Completions'
+    JSON-text ``arguments`` decoded (as vLLM and llama.cpp do) and ``None`` content ``""``."""
+    calls = []
+    for c in row["tool_calls"]:
+        fn = c.get("function")
+        if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
+            c = {**c, "function": {**fn, "arguments": _json_arguments(fn["arguments"])}}
+        calls.append(c)
+    return {**row, "content": row.get("content") or "", "tool_calls": calls}
+
+
 class ChatTemplate:
     """A tokenizer's chat template as the one renderer and parser of an episode.
 
@@ -228,7 +240,8 @@ class ChatTemplate:
 
     # -- rendering ---------------------------------------------------------------------
     def rows(self, messages: Sequence[ChatMessage | Mapping[str, Any]]) -> list[Row]:
-        """``messages`` (neutral or chat rows) as the rows this template is given."""
+        """``messages`` (neutral, or chat rows as Chat Completions sends them) as the rows
+        this template is given."""
         rows = [
             row
             for m in messages
@@ -237,6 +250,8 @@ class ChatTemplate:
         return [self._adapted(row) for row in rows]
 
     def _adapted(self, row: Row) -> Row:
+        if row.get("role") == "assistant" and row.get("tool_calls"):
+            row = _wire_row(row)
         if row.get("role") == "assistant" and row.get("tool_calls") and not self.native_tool_calls:
             markup = "".join(_markup(c) for c in _calls_of(row))
             return {"role": "assistant", "content": f"{row.get('content') or ''}{markup}"}

@@ -237,7 +237,7 @@ def _advance(
     text = codec.reply_text(sampled, stopped=stopped)
     turn = ep.ledger.state().turns_used
     if ep.tools:
-        reply = codec.template.reply_row(text, id_prefix=f"call_{turn}")
+        reply = codec.template.reply_row(text, id_prefix=f"call_{turn - 1}")
     else:
         reply = {"role": "assistant", "content": text}
     ep.messages.append(reply)
