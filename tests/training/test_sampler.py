@@ -140,3 +140,50 @@ def test_bad_calls_are_config_errors(tokenizer: Any) -> None:
         gen.generate_ids([[5], []], 2)
     with pytest.raises(ConfigError, match="stop_token_ids or eos_token_id"):
         ModelGenerator(model, pad_token_id=0)
+
+
+def test_rollouts_use_the_cache_and_sample_what_rereading_samples(
+    tokenizer: Any, tiny_model: Any
+) -> None:
+    from budgetmix.policies.samplers import BudgetMix
+    from budgetmix.training.chat import ChatCodec
+    from budgetmix.training.envs import env_tasks
+    from budgetmix.training.generation import GenerationRequest
+    from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+
+    class Rereading:
+        """The same generator with the episode keys taken away."""
+
+        def __init__(self, gen: ModelGenerator) -> None:
+            self.gen = gen
+
+        def generate(self, requests: list[GenerationRequest], n: int) -> list[Generation]:
+            return self.gen.generate_ids([r.context_ids for r in requests], n)
+
+    rng = random.Random(3)
+    specs = [
+        EpisodeSpec(task=t, budget=BudgetMix(ceiling=5).sample(rng), group=i)
+        for i, t in enumerate(env_tasks("echo", range(8), {"max_len": 3}))
+    ]
+    codec = ChatCodec(tokenizer)
+    settings = RolloutSettings(max_new_tokens=5, notice_format="v1")
+
+    def generator() -> ModelGenerator:
+        return ModelGenerator(
+            tiny_model,
+            eos_token_id=tokenizer.eos_token_id,
+            stop_token_ids=range(10, 40),  # an untrained model: stop often, play many turns
+            pad_token_id=tokenizer.pad_token_id,
+            generator=torch.Generator().manual_seed(0),
+        )
+
+    cached_gen, reread_gen = generator(), generator()
+    cached = run_rollouts(specs, cached_gen, codec, settings)
+    reread = run_rollouts(specs, Rereading(reread_gen), codec, settings)
+    assert max(r.num_turns for r in cached) > 1
+    assert [r.response_ids for r in cached] == [r.response_ids for r in reread]
+    for a, b in zip(cached, reread, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+        )
+    assert cached_gen.sampler.ids_fed < reread_gen.sampler.ids_fed
