@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
+from budgetmix.adapters._placement import place_observation_notice
 from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
 from budgetmix.adapters._tool_spans import calls_received, results_sent
 from budgetmix.adapters._wire import (
@@ -25,6 +26,7 @@ from budgetmix.adapters._wire import (
 from budgetmix.adapters._wire.common import SEQUENCES
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import ConfigError
+from budgetmix.policy import notice_placement
 
 if TYPE_CHECKING:
     from budgetmix.adapters.pricing import Pricing
@@ -257,6 +259,21 @@ def check_request(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) ->
     return plain
 
 
+def _with_notice(episode: Episode, turn: Turn, kind: WireKind, history: Any) -> Any:
+    """A new history (the caller's is never touched) with the notice where the notice
+    policy places it: a message of its own for this request (``"ephemeral"``), or in
+    the latest observation with the episode's earlier notices back in theirs
+    (``"observation"``, :mod:`budgetmix.adapters._placement`)."""
+    raw = history if isinstance(history, str) and kind == "responses" else history or ()
+    if notice_placement(episode.controller.notice) == "observation":
+        return place_observation_notice(episode, kind, raw, turn.notice)
+    if kind == "chat":
+        return turn.openai_chat(raw)
+    if kind == "responses":
+        return turn.openai_responses(raw)
+    return turn.anthropic(raw)
+
+
 class TurnRequest:
     """One budgeted request: checks the price, records request-side mistakes, charges
     the turn, and builds the body to send (notice injected, tools off on a grace turn).
@@ -309,14 +326,8 @@ class TurnRequest:
         self.turn: Turn = turn
         self._original = body
         self.body = out = dict(body)
-        # new lists (the caller's history is never touched), with the notice if there is one
-        if kind == "chat":
-            out["messages"] = turn.openai_chat(out.get("messages") or ())
-        elif kind == "responses":
-            raw = out.get("input")
-            out["input"] = turn.openai_responses(raw if isinstance(raw, str) else raw or ())
-        else:
-            out["messages"] = turn.anthropic(out.get("messages") or ())
+        key = history_key(kind)
+        out[key] = _with_notice(episode, turn, kind, out.get(key))
         if turn.grace and out.get("tools"):
             # tools stay declared (prompt cache) but the wrap-up turn may not call them
             out["tool_choice"] = {"type": "none"} if kind == "anthropic" else "none"

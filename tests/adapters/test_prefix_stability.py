@@ -13,9 +13,12 @@ import httpx
 import httpx2
 import pytest
 from _provider_fakes import ANTHROPIC_MODEL, ANTHROPIC_TOOLS, CHAT_TOOLS, RESPONSES_TOOLS, make_rig
+from budgetmix import Budget, BudgetController
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.testing import Reply
+from budgetmix.notice import append_notice
+from budgetmix.policies import NotifyEveryTurn
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -101,23 +104,58 @@ def run_framework(kind: str, client: Any, first: dict[str, Any]) -> None:
                 history.append({"role": "user", "content": results})
 
 
+def observation_end(body: bytes) -> int:
+    """Where the last notice of ``body`` ends (placement ``"observation"``: every notice
+    is history, sent again)."""
+    return body.index(b'"', body.rindex(b"Budget (v1)"))
+
+
+@pytest.mark.parametrize("placement", ["ephemeral", "observation"])
 @pytest.mark.parametrize("path", ["transport", "wrapper"])
 @pytest.mark.parametrize("first", ["string", "blocks"])
 @pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
 def test_the_history_bytes_of_request_n_start_request_n_plus_1(
-    kind: str, first: str, path: str
+    kind: str, first: str, path: str, placement: str
 ) -> None:
     calls = [Reply.call("add", {"a": 1, "b": 2}), Reply.call("add", {"a": 3, "b": 3})]
     rig = make_rig([*calls, Reply.say("6")])
+    rig.controller = BudgetController(
+        Budget(turns=5),
+        notice=NotifyEveryTurn(placement=placement),  # type: ignore[arg-type]
+    )
     with rig.controller.episode():
         run_framework(kind, client_for(kind, path, rig), FIRST[kind, first])
     bodies = [r.body for r in rig.fake.model_requests()]
     assert len(bodies) == 3
     for n, (sent, following) in enumerate(itertools.pairwise(bodies), start=1):
-        end = history_end(sent)
+        end = history_end(sent) - 1 if placement == "ephemeral" else observation_end(sent)
         same = common_prefix(sent, following)
-        assert same >= end - 1, (  # all of it, up to the joint before the notice
+        assert same >= end, (  # all of it (ephemeral: up to the joint before the notice)
             f"request {n + 1} differs from request {n} at byte {same}, inside its history "
             f"(which ends at {end}): {sent[max(0, same - 40) : same + 40]!r} / "
             f"{following[max(0, same - 40) : same + 40]!r}"
         )
+    if placement == "observation":  # each turn's notice after its observation, kept
+        for n, body in enumerate(bodies, start=1):
+            assert body.count(b"Budget (v1)") == body.count(b"\\nBudget (v1)") == n
+
+
+def test_observation_placement_puts_each_notice_after_its_observation_as_training_does() -> None:
+    rig = make_rig([Reply.call("add", {"a": 1, "b": 2}), Reply.say("3")])
+    rig.controller = BudgetController(
+        Budget(turns=4), notice=NotifyEveryTurn(placement="observation")
+    )
+    with rig.controller.episode():
+        run_framework("chat", client_for("chat", "transport", rig), FIRST["chat", "string"])
+    first, second, _ = (r.json["messages"] for r in rig.fake.model_requests())
+    notice1 = "Budget (v1): turn 1 of 4, 4 turns left including this one."
+    notice2 = "Budget (v1): turn 2 of 4, 3 turns left including this one."
+    prompt = FIRST["chat", "string"]["content"]
+    assert first == [{"role": "user", "content": append_notice(prompt, notice1)}]
+    assert second[0] == first[0]  # put back: the framework's history lacks it
+    assert second[-1] == {
+        "role": "tool",
+        "tool_call_id": second[1]["tool_calls"][0]["id"],
+        "content": append_notice("3", notice2),
+    }
+    assert len(second) == 3  # no message of its own
