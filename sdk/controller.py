@@ -17,7 +17,10 @@ Usage::
 
 Exhaustion is an outcome (status ``budget_exhausted``) unless the controller was
 built with ``exhaustion="raise"``, in which case :class:`BudgetExhausted`
-(carrying counts and the partial transcript) leaves the ``with`` block.
+(carrying counts and the partial transcript) leaves the ``with`` block. A framework
+that wraps the stop in its own exception (``raise ... from exc``, or raising while
+handling it) still ends the episode as ``budget_exhausted`` (or ``early_stopped``) with
+its stop reason; the framework's exception then leaves the ``with`` block in every mode.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from budgetmix.exceptions import BudgetExhausted, EarlyStopped
 from budgetmix.ledger import LedgerState
 from budgetmix.policy import ExhaustionMode
 
-__all__ = ["Closing", "EpisodeMachine", "TurnAction"]
+__all__ = ["Closing", "EpisodeMachine", "TurnAction", "budget_stop"]
 
 
 class TurnAction(Enum):
@@ -47,6 +47,32 @@ class Closing(NamedTuple):
 _SUCCESS = Closing(EpisodeStatus.SUCCESS)
 _FAILED = Closing(EpisodeStatus.FAILED)
 _BUDGET_EXHAUSTED = EpisodeStatus.BUDGET_EXHAUSTED
+
+
+def budget_stop(
+    exc: BaseException, episode_id: str | None
+) -> BudgetExhausted | EarlyStopped | None:
+    """The budget stop (:class:`BudgetExhausted` or :class:`EarlyStopped`) of episode
+    ``episode_id`` behind ``exc``: ``exc`` itself, or one it wraps, as frameworks do
+    (smolagents' ``AgentGenerationError``, LiteLLM's ``InternalServerError``): found
+    through ``__cause__``, ``__context__`` (even when suppressed by ``from None``) and
+    the members of an exception group, nearest first; a cycle is walked once. A stop
+    of another episode (a child's) does not count; ``None``: no stop of this one."""
+    seen: set[int] = set()
+    queue = [exc]
+    for found in queue:  # breadth first: the list grows as it is walked
+        if id(found) in seen:
+            continue
+        seen.add(id(found))
+        if isinstance(found, (BudgetExhausted, EarlyStopped)) and found.episode_id in (
+            episode_id,
+            None,
+        ):
+            return found
+        queue.extend(e for e in (found.__cause__, found.__context__) if e is not None)
+        if isinstance(found, BaseExceptionGroup):
+            queue.extend(found.exceptions)
+    return None
 
 
 class EpisodeMachine:
@@ -143,15 +169,21 @@ class EpisodeMachine:
     def exiting(self, exc: BaseException | None, episode_id: str) -> Closing | None:
         """How leaving the ``with`` block ends the episode (``None``: it ended before and
         a clean exit changes nothing). A budget stop of this episode is an outcome,
-        swallowed unless the mode is ``"raise"``; any other exception is an error."""
+        swallowed unless the mode is ``"raise"``. A framework's exception wrapping one
+        (found by :func:`budget_stop`) ends the episode the same way, with the
+        framework's exception as its error text, and propagates: it is not budgetmix's
+        to swallow. Any other exception is an error."""
         if exc is None:
             return self.finishing(False) if self.status is None else None
-        swallow = self.mode != "raise"
-        if isinstance(exc, BudgetExhausted) and exc.episode_id in (episode_id, None):
-            return Closing(EpisodeStatus.BUDGET_EXHAUSTED, exc.dimension, suppress=swallow)
-        if isinstance(exc, EarlyStopped) and exc.episode_id in (episode_id, None):
-            return Closing(EpisodeStatus.EARLY_STOPPED, exc.reason, suppress=swallow)
-        return Closing(EpisodeStatus.ERROR, error=exception_text(exc))
+        stop = budget_stop(exc, episode_id)
+        if stop is None:
+            return Closing(EpisodeStatus.ERROR, error=exception_text(exc))
+        direct = stop is exc
+        swallow = direct and self.mode != "raise"
+        error = None if direct else exception_text(exc)
+        if isinstance(stop, BudgetExhausted):
+            return Closing(EpisodeStatus.BUDGET_EXHAUSTED, stop.dimension, error, swallow)
+        return Closing(EpisodeStatus.EARLY_STOPPED, stop.reason, error, swallow)
 
     def close(self, closing: Closing) -> bool:
         """Take ``closing``'s status; ``False`` when the episode had ended already."""
