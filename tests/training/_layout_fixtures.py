@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
+
 TEMPLATES = Path(__file__).parent / "templates"
 
 QWEN_SPECIALS = (
@@ -130,3 +132,27 @@ def save_tiny_checkpoint(family: str, tokenizer: Any, path: Path, *, seed: int =
     tokenizer.save_pretrained(path)
     (path / "budgetmix_test.json").write_text(json.dumps({"family": family}))
     return model
+
+
+VALUES = {"alpha": 7, "beta": 11}
+
+
+class LookupEnv(ToolEnv):
+    """Look up two values, then answer their sum."""
+
+    name = "lookup"
+
+    def instructions(self) -> str:
+        return "You are a helpful assistant. Call a tool to look up the value of a key."
+
+    def start(self, seed: int) -> str:
+        return "What is the value of alpha plus the value of beta?"
+
+    @env_tool
+    def lookup(self, key: str) -> str:
+        """Look up the value of a key."""
+        return f"value of {key} is {VALUES[key]}"
+
+    def reply(self, text: str) -> ToolResult:
+        ok = str(sum(VALUES.values())) in text
+        return ToolResult(output="ok" if ok else "wrong", done=True, success=ok)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _layout_fixtures import build_bpe_tokenizer, save_tiny_checkpoint
+from _layout_fixtures import LookupEnv, build_bpe_tokenizer, save_tiny_checkpoint
 from budgetmix import Budget, BudgetController, place_notice_openai_chat, render_notice
 from budgetmix.adapters import run_agent
 from budgetmix.adapters._wire.chat import write_messages
@@ -35,34 +35,11 @@ from budgetmix.policies import NotifyEveryTurn
 from budgetmix.policies.samplers import FixedBudget
 from budgetmix.training import serve
 from budgetmix.training.chat import ChatCodec
-from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
 from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
 from budgetmix.training.models import load_pretrained
 from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 
-VALUES = {"alpha": 7, "beta": 11}
 TURNS = 4
-
-
-class LookupEnv(ToolEnv):
-    """Look up two values, then answer their sum."""
-
-    name = "lookup"
-
-    def instructions(self) -> str:
-        return "You are a helpful assistant. Call a tool to look up the value of a key."
-
-    def start(self, seed: int) -> str:
-        return "What is the value of alpha plus the value of beta?"
-
-    @env_tool
-    def lookup(self, key: str) -> str:
-        """Look up the value of a key."""
-        return f"value of {key} is {VALUES[key]}"
-
-    def reply(self, text: str) -> ToolResult:
-        ok = str(sum(VALUES.values())) in text
-        return ToolResult(output="ok" if ok else "wrong", done=True, success=ok)
 
 
 def _call(key: str) -> dict[str, Any]:
