@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from budgetmix.cli.eval import parse_eval_args
@@ -75,6 +76,7 @@ def test_every_registered_name_is_accepted() -> None:
         "faulty_tools",
         "frozenlake",
         "frozenlake-compact",
+        "frozenlake-tools",
         "humaneval",
     }
     for name, spec in ENVIRONMENTS.items():
@@ -191,3 +193,26 @@ def test_accelerate_launch_loads_a_user_environment(tmp_path: Path) -> None:
     assert [r["phase"] for r in records] == ["rl"] and records[0]["n"] == 4
     trained_on = json.loads((out / "final" / "training_env.json").read_text())
     assert trained_on["env"] == "user_envs:Guess"
+
+
+def test_tool_env_demonstrations_roll_out_as_tool_calls(tokenizer: Any) -> None:
+    pytest.importorskip("gymnasium")
+    from budgetmix.policies.samplers import BudgetDraw
+    from budgetmix.training.chat import ChatCodec
+    from budgetmix.training.generation import ScriptedGenerator
+    from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+
+    codec = ChatCodec(tokenizer)
+    spec = resolve_env("frozenlake-tools")
+    tasks = spec.make_tasks(range(3), {"map_name": "4x4", "slippery": False})
+    specs = [EpisodeSpec(task=t, budget=BudgetDraw(turns=10, sampler="fixed")) for t in tasks]
+    generator = ScriptedGenerator(spec.make_demo_agent({}, 0.0, 0), codec)
+    settings = RolloutSettings(
+        notice_format="v1-compact", max_new_tokens=200, max_total_tokens=8000, token_check="strict"
+    )
+    rollouts = run_rollouts(specs, generator, codec, settings)
+    assert all(r.success and r.num_turns == 6 for r in rollouts)
+    roles = [m["role"] for m in rollouts[0].messages]
+    # the last move's result ends the episode: nothing is rendered after it
+    assert roles == ["system", "user", *["assistant", "tool"] * 5, "assistant"]
+    assert all(step.label.mistake is None for step in rollouts[0].steps)

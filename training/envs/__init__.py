@@ -30,7 +30,7 @@ from budgetmix.training.envs.faulty_tools import (
     ToolCallError,
     make_tools,
 )
-from budgetmix.training.envs.frozenlake import FrozenLakeEnv, parse_action
+from budgetmix.training.envs.frozenlake import FrozenLakeEnv, FrozenLakeTools, parse_action
 from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
 from budgetmix.training.envs.frozenlake_oracle import (
     BudgetGap,
@@ -83,6 +83,7 @@ __all__ = [
     "FrozenLakeEnv",
     "FrozenLakeModel",
     "FrozenLakeOracle",
+    "FrozenLakeTools",
     "HumanEvalEnv",
     "HumanEvalOracle",
     "NoisyOracle",

@@ -22,7 +22,7 @@ import json
 import random
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from budgetmix.environment import Environment, ScriptedAgent, StepResult, unwrap
 from budgetmix.exceptions import ConfigError
@@ -166,7 +166,9 @@ class FrozenLakeDemonstrator:
     below wrappers) and the diagnostics' oracle policy (:meth:`move`). Budget-aware
     by default; ``budget_blind`` acts on the stationary policy whatever the budget
     (a model cloned from it starts out ignoring its budget). ``moves`` are the
-    texts of action ids 0..3; ``seed`` seeds the error draws.
+    texts of action ids 0..3; ``seed`` seeds the error draws. With ``tool_call`` the
+    demonstration is an assistant message calling ``move(direction)`` (for
+    :class:`~budgetmix.training.envs.frozenlake.FrozenLakeTools`).
 
     Raises:
         ConfigError: ``error_rate`` outside ``[0, 1]``, or (when called) an
@@ -181,6 +183,7 @@ class FrozenLakeDemonstrator:
         budget_blind: bool = False,
         gamma: float = 0.999,
         moves: Sequence[str] = ACTIONS,
+        tool_call: bool = False,
     ) -> None:
         if not 0.0 <= error_rate <= 1.0:
             raise ConfigError(f"error_rate: must be in [0, 1], got {error_rate}")
@@ -188,6 +191,7 @@ class FrozenLakeDemonstrator:
         self.budget_blind = budget_blind
         self.gamma = gamma
         self.moves = tuple(moves)
+        self.tool_call = tool_call
         self.rng = random.Random(seed)
         self._policies: dict[tuple[tuple[str, ...], bool, float], OptimalPolicy] = {}
 
@@ -202,14 +206,23 @@ class FrozenLakeDemonstrator:
             best = self.rng.choice([a for a in range(4) if a != best])
         return self.moves[best]
 
-    def __call__(self, request: GenerationRequest) -> str:
-        """The move for the live environment of ``request`` and the turns its ledger has left."""
+    def __call__(self, request: GenerationRequest) -> str | dict[str, Any]:
+        """The move for the live environment of ``request`` and the turns its ledger has
+        left: its text, or (``tool_call``) an assistant message calling ``move``."""
         inner = unwrap(request.env)
         if not isinstance(inner, FrozenLakeEnv):
             raise ConfigError(
                 f"env: FrozenLakeDemonstrator needs a FrozenLake env, got {request.env.name!r}"
             )
-        return self.move(inner.model, inner.state, request.state.turns_remaining)
+        move = self.move(inner.model, inner.state, request.state.turns_remaining)
+        if not self.tool_call:
+            return move
+        call = {"name": "move", "arguments": {"direction": move}}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": f"call_{inner.turns}", "type": "function", "function": call}],
+        }
 
 
 _LOOKUP = re.compile(r"lookup\('([^']*)'\) -> '([^']*)'")

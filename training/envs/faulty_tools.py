@@ -3,7 +3,10 @@
 :class:`FaultyToolsEnv` is a pointer-chasing lookup: a table maps keys to
 values; a value ``see kN`` points to another key. The agent must follow the
 chain from the start key with ``lookup`` calls and answer the final plain
-value. Actions are text, one per turn::
+value. It is a :class:`~budgetmix.training.envs.tool_env.ToolEnv`: its tools are
+``lookup(key)``, ``list_keys()`` and ``answer(value)`` (tool calls in training,
+``env.controller_tools()`` under the controller). The text protocol takes
+Hermes ``<tool_call>`` blocks or, one per turn, the plain actions::
 
     call lookup {"key": "k3"}
     call list_keys {}
@@ -11,11 +14,12 @@ value. Actions are text, one per turn::
 
 (the last line starting with ``call`` or ``answer`` counts). Faults: ``lookup``
 fails with probability ``flaky_p`` (seeded by ``reset``), and every tool call
-at a step in ``fail_at_steps`` (1-based) fails.
+at a step in ``fail_at_steps`` (1-based; a step is a tool call or a reply) fails.
 
 Labels per step:
 
-* no ``call``/``answer`` line: ``valid=False``, ``mistake="model_format_error"``;
+* no ``call``/``answer`` line and no tool call: ``valid=False``,
+  ``mistake="model_format_error"`` (a reply without a tool call does the same);
 * unknown tool: ``valid=False``, ``mistake="unknown_tool"``;
 * arguments that are not a JSON object with the right fields: ``valid=False``,
   ``mistake="invalid_tool_arguments"``; a key that does not exist: the same
@@ -35,10 +39,11 @@ import json
 import random
 import re
 from collections.abc import Callable, Collection
-from typing import Any
 
-from budgetmix.environment import EnvStateError, StepLabel, StepResult
-from budgetmix.exceptions import BudgetmixError, ConfigError
+from budgetmix.environment import EnvStateError, StepResult
+from budgetmix.events import MistakeKind
+from budgetmix.exceptions import ConfigError
+from budgetmix.training.envs.tool_env import ToolEnv, ToolMistake, ToolResult, env_tool
 
 __all__ = ["FaultyToolsEnv", "ToolCallError", "make_tools"]
 
@@ -47,14 +52,16 @@ _ACTION = re.compile(
 )
 _CALL = re.compile(r"^([A-Za-z_]\w*)\s*(.*)$", re.DOTALL)
 _WORDS = ("amber", "basil", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo")
-_TOOLS = ("lookup", "list_keys")
 
 
-class ToolCallError(BudgetmixError, RuntimeError):
-    """A tool function failed; the message is what the environment reported."""
+class ToolCallError(ToolMistake, RuntimeError):
+    """A tool failed (``tool_error``); the message is what the environment reported."""
+
+    def __init__(self, message: str, kind: MistakeKind | str = MistakeKind.TOOL_ERROR) -> None:
+        super().__init__(message, kind)
 
 
-class FaultyToolsEnv:
+class FaultyToolsEnv(ToolEnv):
     """Follow a chain of ``lookup`` calls to an answer, with flaky tools.
 
     Args:
@@ -103,7 +110,6 @@ class FaultyToolsEnv:
         self.steps = 0
         self.done = False
         self.success = False
-        self._started = False
         self._seen: set[str] = set()
         self._faults = random.Random(0)
 
@@ -119,13 +125,13 @@ class FaultyToolsEnv:
         return (
             "Find a value in a key-value store using tools. A value of the form 'see kN' "
             "points to key kN: follow the pointers until you reach a plain value, then "
-            'answer it. Tools: lookup {"key": <str>} returns the value under a key; '
-            "list_keys {} returns all keys. Tools sometimes fail; retrying may help. "
-            'Each turn, write exactly one action: `call lookup {"key": "k1"}` or '
-            "`answer <value>`."
+            "answer it. Tools: lookup(key) returns the value under a key; list_keys() "
+            "returns all keys; answer(value) gives your answer. Tools sometimes fail; "
+            "retrying may help. Without tool calling, write exactly one action per turn: "
+            '`call lookup {"key": "k1"}` or `answer <value>`.'
         )
 
-    def reset(self, seed: int) -> str:
+    def start(self, seed: int) -> str:
         """Build the table for ``seed`` (separate RNGs for data and for faults)."""
         rng = random.Random(seed)
         keys = [f"k{i}" for i in range(self.n_keys)]
@@ -141,105 +147,77 @@ class FaultyToolsEnv:
                 else f"{rng.choice(_WORDS)}-{rng.randrange(100, 1000)}"
             )
         self._faults = random.Random(f"faults:{seed}")
-        self.steps = 0
-        self.done = self.success = False
-        self._started = True
         self._seen = set()
         return f"Find the value that the chain starting at key {self.chain[0]!r} leads to."
 
+    # -- tools ---------------------------------------------------------------------------
+    def _check_fault(self, tool: str, *, flaky: bool = False) -> None:
+        if self.steps in self.fail_at_steps or flaky:
+            raise ToolCallError(f"{tool} failed (service temporarily unavailable). You may retry.")
+
+    @env_tool
+    def lookup(self, key: str) -> ToolResult:
+        """Return the value stored under a key (``see kN`` points to another key).
+
+        Args:
+            key: the key to look up, e.g. "k3".
+        """
+        # One draw per lookup call, so the flaky pattern does not depend on fail_at_steps.
+        self._check_fault("lookup", flaky=self._faults.random() < self.flaky_p)
+        if key not in self.table:
+            raise ToolMistake(f"lookup error: no key {key!r}.", MistakeKind.INVALID_TOOL_ARGUMENTS)
+        progress = key in self.chain and key not in self._seen
+        self._seen.add(key)
+        return ToolResult(output=f"lookup({key!r}) -> {self.table[key]!r}", progress=progress)
+
+    @env_tool
+    def list_keys(self) -> str:
+        """Return all keys in the store, as a JSON list."""
+        self._check_fault("list_keys")
+        return "list_keys() -> " + json.dumps(sorted(self.table))
+
+    @env_tool(name="answer")
+    def answer_value(self, value: str) -> ToolResult:
+        """Give the final answer (a right one ends the episode).
+
+        Args:
+            value: the plain value the chain leads to.
+        """
+        given = value.strip().strip("`'\".").strip()
+        if given.lower() == self.answer.lower():
+            return ToolResult(output="Correct.", progress=True, done=True, success=True)
+        obs = f"Wrong answer: {given!r}." + ("" if self.wrong_answer_ends else " Keep looking.")
+        return ToolResult(output=obs, done=self.wrong_answer_ends, detail="wrong answer")
+
+    # -- the text protocol ---------------------------------------------------------------
     def step(self, action: str) -> StepResult:
-        """Apply one ``call`` or ``answer`` action.
+        """Apply one action: Hermes ``<tool_call>`` blocks, else the last ``call`` or
+        ``answer`` line.
 
         Raises:
             EnvStateError: before ``reset`` or after the episode ended.
         """
-        if not self._started:
-            raise EnvStateError("call reset() first")
-        if self.done:
-            raise EnvStateError("the episode has ended; call reset()")
-        self.steps += 1
+        if "<tool_call>" in action:
+            return super().step(action)
         found = _ACTION.findall(action)
         if not found:
-            return self._result(
-                "No action found. Write `call <tool> <json arguments>` or `answer <value>`.",
-                StepLabel(valid=False, mistake="model_format_error", detail="no action"),
-            )
+            return self.respond(action)
         verb, rest = found[-1][0].lower(), found[-1][1].strip()
         if verb == "answer":
-            return self._answer(rest)
-        return self._call(rest)
-
-    def _result(self, obs: str, label: StepLabel, **info: Any) -> StepResult:
-        return StepResult(
-            observation=obs,
-            reward=1.0 if self.success else 0.0,
-            done=self.done,
-            success=self.success,
-            label=label,
-            info={"step": self.steps, **info},
-        )
-
-    def _answer(self, text: str) -> StepResult:
-        given = text.strip().strip("`'\".").strip()
-        if given.lower() == self.answer.lower():
-            self.done = self.success = True
-            return self._result("Correct.", StepLabel(progress=True))
-        self.done = self.wrong_answer_ends
-        obs = f"Wrong answer: {given!r}." + ("" if self.done else " Keep looking.")
-        return self._result(obs, StepLabel(detail="wrong answer"))
-
-    def _call(self, text: str) -> StepResult:
-        match = _CALL.match(text)
-        tool = match.group(1) if match else text
-        if tool not in _TOOLS:
-            return self._result(
-                f"Unknown tool {tool!r}. Tools: {', '.join(_TOOLS)}.",
-                StepLabel(valid=False, mistake="unknown_tool", detail=tool),
-                tool=tool,
-            )
+            return self.call_tool("answer", json.dumps({"value": rest}))
+        match = _CALL.match(rest)
+        tool = match.group(1) if match else rest
         raw = (match.group(2) if match else "").strip() or "{}"
-        try:
-            args = json.loads(raw)
-        except json.JSONDecodeError:
-            args = None
-        expected = {"key"} if tool == "lookup" else set()
-        if (
-            not isinstance(args, dict)
-            or set(args) != expected
-            or not all(isinstance(v, str) for v in args.values())
-        ):
-            fields = ", ".join(f'"{f}": <str>' for f in sorted(expected))
-            return self._result(
-                f"Bad arguments for {tool}: expected a JSON object {{{fields}}}, got {raw!r}.",
-                StepLabel(valid=False, mistake="invalid_tool_arguments", detail=raw),
-                tool=tool,
-            )
-        # One draw per lookup call, so the flaky pattern does not depend on fail_at_steps.
-        flaky = tool == "lookup" and self._faults.random() < self.flaky_p
-        if self.steps in self.fail_at_steps or flaky:
-            return self._result(
-                f"Error: {tool} failed (service temporarily unavailable). You may retry.",
-                StepLabel(mistake="tool_error", detail="injected" if not flaky else "flaky"),
-                tool=tool,
-            )
-        if tool == "list_keys":
-            return self._result("list_keys() -> " + json.dumps(sorted(self.table)), StepLabel())
-        key = args["key"]
-        if key not in self.table:
-            return self._result(
-                f"lookup error: no key {key!r}.",
-                StepLabel(mistake="invalid_tool_arguments", detail="no such key"),
-                tool=tool,
-            )
-        progress = key in self.chain and key not in self._seen
-        self._seen.add(key)
-        return self._result(
-            f"lookup({key!r}) -> {self.table[key]!r}", StepLabel(progress=progress), tool=tool
-        )
+        return self.call_tool(tool, raw)
 
-    def call_tool(self, tool: str, arguments: dict[str, Any]) -> StepResult:
-        """Take one step that calls ``tool`` with ``arguments`` (as the text action would)."""
-        return self.step(f"call {tool} {json.dumps(arguments)}")
+    def reply(self, text: str) -> ToolResult:
+        """A reply with neither a tool call nor an action: ``model_format_error``
+        (``valid=False``); the episode goes on."""
+        raise ToolMistake(
+            "No action found. Call a tool, or write `call <tool> <json arguments>` or "
+            "`answer <value>`.",
+            MistakeKind.MODEL_FORMAT_ERROR,
+        )
 
 
 def make_tools(env: FaultyToolsEnv) -> list[Callable[..., str]]:
@@ -257,14 +235,14 @@ def make_tools(env: FaultyToolsEnv) -> list[Callable[..., str]]:
 
     def lookup(key: str) -> str:
         """Return the value stored under ``key`` (``see kN`` points to another key)."""
-        return _run(env.call_tool("lookup", {"key": key}))
+        return _run(env.call_tool("lookup", json.dumps({"key": key})))
 
     def list_keys() -> str:
         """Return all keys in the store, as a JSON list."""
-        return _run(env.call_tool("list_keys", {}))
+        return _run(env.call_tool("list_keys", "{}"))
 
     def submit_answer(value: str) -> str:
         """Give the final answer (ends the episode)."""
-        return _run(env.step(f"answer {value}"))
+        return _run(env.call_tool("answer", json.dumps({"value": value})))
 
     return [lookup, list_keys, submit_answer]

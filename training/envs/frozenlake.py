@@ -16,6 +16,9 @@ Labels per step:
   discounted by ``PROGRESS_GAMMA`` per turn, so that getting closer to the goal
   counts too) is higher than the old cell's, or the goal was reached.
 
+:class:`FrozenLakeTools` (``frozenlake-tools``) is the same game played through a
+``move(direction)`` tool.
+
 Falling into a hole ends the episode (``success=False``); reaching ``G`` ends it
 with reward 1. ``reset(seed)`` fixes the slip RNG and, for random maps without
 ``map_seed``, the map (``generate_random_map(size, p_frozen, seed=seed)``).
@@ -25,18 +28,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from budgetmix._deps import require
 from budgetmix.environment import EnvStateError, StepLabel, StepResult
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, discounted_values
+from budgetmix.training.envs.tool_env import ToolEnv, ToolMistake, ToolResult, env_tool
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["MAX_SIZE", "PROGRESS_GAMMA", "FrozenLakeEnv", "parse_action"]
+__all__ = [
+    "MAX_SIZE",
+    "PROGRESS_GAMMA",
+    "TOOLS_ENV_NAME",
+    "FrozenLakeEnv",
+    "FrozenLakeTools",
+    "parse_action",
+]
 
 #: Largest side of a random map (1,024 cells: the exact oracle stays tractable).
 MAX_SIZE = 32
@@ -260,3 +271,56 @@ class FrozenLakeEnv:
         nrow, ncol = self.model.shape
         where = f"You are at row {row_a}, column {col_a} (rows 0-{nrow - 1}, columns 0-{ncol - 1})."
         return "\n".join([*rows, where, f"Last: {self._last}"])
+
+
+#: The registry's name of :class:`FrozenLakeTools`.
+TOOLS_ENV_NAME = "frozenlake-tools"
+
+
+class FrozenLakeTools(ToolEnv):
+    """FrozenLake played through one tool, ``move(direction)``; same map, dynamics and labels.
+
+    Takes :class:`FrozenLakeEnv`'s arguments and wraps one (``inner``, so
+    :func:`~budgetmix.environment.unwrap`, the oracles and the demonstrators see its
+    state). A move into the edge raises :class:`ToolMistake` (``env_action_failed``,
+    the observation as its message); a reply without a tool call ends the episode
+    (what ``run_agent`` does with one). The text protocol takes ``<tool_call>``
+    blocks (:meth:`ToolEnv.step`).
+
+    Raises:
+        ConfigError: as :class:`FrozenLakeEnv`.
+        MissingExtraError: gymnasium is not installed.
+    """
+
+    name = TOOLS_ENV_NAME
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.inner = FrozenLakeEnv(**kwargs)
+
+    def instructions(self) -> str:
+        """The FrozenLake rules, moves made with the ``move`` tool."""
+        rules = self.inner.instructions()
+        return rules[: rules.index(" Each turn, reply")] + " Each turn, call the move tool once."
+
+    def start(self, seed: int) -> str:
+        """Reset the lake for ``seed``; returns the grid."""
+        return self.inner.reset(seed)
+
+    @env_tool
+    def move(self, direction: Literal["left", "down", "right", "up"]) -> ToolResult:
+        """Move one cell on the ice (you may slip).
+
+        Args:
+            direction: left, down, right or up.
+        """
+        result = self.inner.step(f"Action: {direction}")
+        if result.label.mistake is not None:
+            raise ToolMistake(result.observation, result.label.mistake)
+        return ToolResult(
+            output=result.observation,
+            progress=result.label.progress,
+            done=result.done,
+            success=result.success,
+            reward=result.reward,
+            detail=result.label.detail,
+        )

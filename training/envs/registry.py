@@ -6,9 +6,13 @@ exists, the scripted demonstrator that SFT imitates. Nothing adds to the
 table at run time: a new environment is a new row here.
 
 * ``echo`` -- :class:`~budgetmix.training.toy.EchoEnv` (torch-only CPU demo);
-* ``faulty_tools`` -- :class:`~budgetmix.training.envs.faulty_tools.FaultyToolsEnv`;
+* ``faulty_tools`` -- :class:`~budgetmix.training.envs.faulty_tools.FaultyToolsEnv`
+  (a tool environment: ``lookup``, ``list_keys``, ``answer``);
 * ``frozenlake`` -- :class:`~budgetmix.training.envs.frozenlake.FrozenLakeEnv`, with a
   budget-aware oracle demonstrator (:class:`FrozenLakeDemonstrator`);
+* ``frozenlake-tools`` -- :class:`~budgetmix.training.envs.frozenlake.FrozenLakeTools`,
+  the same game through a ``move(direction)`` tool, with the oracle demonstrator
+  writing ``move`` calls;
 * ``frozenlake-compact`` -- the experiment's
   :class:`~budgetmix.training.envs.frozenlake_compact.CompactFrozenLake`, with a
   budget-blind demonstrator whose discount is the ``demo_gamma`` keyword;
@@ -40,7 +44,7 @@ from budgetmix.environment import Environment, Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.agents import FrozenLakeDemonstrator
 from budgetmix.training.envs.faulty_tools import FaultyToolsEnv
-from budgetmix.training.envs.frozenlake import FrozenLakeEnv
+from budgetmix.training.envs.frozenlake import TOOLS_ENV_NAME, FrozenLakeEnv, FrozenLakeTools
 from budgetmix.training.envs.frozenlake_compact import (
     COMPACT_ENV_NAME,
     MOVE_LETTERS,
@@ -131,6 +135,10 @@ def _frozenlake_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) ->
     return FrozenLakeDemonstrator(error_rate, seed)
 
 
+def _frozenlake_tools_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> DemoAgent:
+    return FrozenLakeDemonstrator(error_rate, seed, tool_call=True)
+
+
 def _compact_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> DemoAgent:
     gamma = float(kwargs.get("demo_gamma", 0.99))
     return FrozenLakeDemonstrator(
@@ -144,6 +152,7 @@ ENVIRONMENTS: Mapping[str, EnvSpec] = MappingProxyType(
         "echo": EnvSpec("echo", EchoEnv, _echo_demo),
         "faulty_tools": EnvSpec("faulty_tools", FaultyToolsEnv),
         "frozenlake": EnvSpec("frozenlake", FrozenLakeEnv, _frozenlake_demo),
+        TOOLS_ENV_NAME: EnvSpec(TOOLS_ENV_NAME, FrozenLakeTools, _frozenlake_tools_demo),
         COMPACT_ENV_NAME: EnvSpec(
             COMPACT_ENV_NAME, CompactFrozenLake, _compact_demo, frozenset({"demo_gamma"})
         ),

@@ -18,7 +18,8 @@ and in deployment. Per call:
 * arguments that are not JSON or do not match the schema:
   ``mistake="invalid_tool_arguments"``, ``valid=False``;
 * a tool that raises :class:`ToolMistake`: the mistake kind it names
-  (``valid=True``: the call was well formed, the environment refused it);
+  (``valid=True``: the call was well formed, the environment refused it;
+  ``valid=False`` for ``model_format_error``);
 * a tool that raises anything else: ``mistake="tool_error"``;
 * the model reads for each what ``run_agent`` would show it: the same
   validation messages, ``Error: <Type>: <message>`` for a tool that raised;
@@ -241,7 +242,9 @@ class ToolEnv:
 
     def reply(self, text: str) -> ToolResult:
         """What a reply with no tool call does: by default it ends the episode (a success
-        only when a tool already marked one). Override for a final-answer task."""
+        only when a tool already marked one). Override for a final-answer task; raise
+        :class:`ToolMistake` for a reply that is a mistake (the episode goes on, the
+        message is the next user message)."""
         return ToolResult(
             output="The episode ended: you replied without calling a tool.",
             done=True,
@@ -288,8 +291,7 @@ class ToolEnv:
         try:
             value = prepared.invoke()
         except ToolMistake as exc:
-            label = StepLabel(mistake=str(exc.kind), detail=str(exc)[:200])
-            return self._result(render_tool_error(exc), label, tool=name)
+            return self._result(render_tool_error(exc), _mistake_label(exc), tool=name)
         except Exception as exc:
             label = StepLabel(mistake=str(MistakeKind.TOOL_ERROR), detail=type(exc).__name__)
             return self._result(render_tool_error(exc), label, tool=name)
@@ -302,7 +304,11 @@ class ToolEnv:
             EnvStateError: before ``reset`` or after the episode ended.
         """
         self._begin_step()
-        return self._outcome(self.reply(text), tool=None)
+        try:
+            value = self.reply(text)
+        except ToolMistake as exc:  # the reply was a mistake; the episode goes on
+            return self._result(str(exc), _mistake_label(exc), tool=None)
+        return self._outcome(value, tool=None)
 
     def step(self, action: str) -> StepResult:
         """The text protocol: run the Hermes ``<tool_call>`` blocks of ``action`` in order
@@ -383,6 +389,12 @@ class ToolEnv:
             label=label,
             info={"step": self.steps, "tool": tool},
         )
+
+
+def _mistake_label(exc: ToolMistake) -> StepLabel:
+    """A refused step's label: valid unless the mistake is the reply's format."""
+    valid = exc.kind is not MistakeKind.MODEL_FORMAT_ERROR
+    return StepLabel(valid=valid, mistake=str(exc.kind), detail=str(exc)[:200])
 
 
 def _merged(results: Sequence[StepResult]) -> StepResult:

@@ -110,13 +110,14 @@ def test_registry() -> None:
         "faulty_tools",
         "frozenlake",
         "frozenlake-compact",
+        "frozenlake-tools",
         "humaneval",
     }
     env = make_env("frozenlake", map_name="8x8", success_rate=0.8)
     assert isinstance(env, FrozenLakeEnv) and env.name == "frozenlake"
     assert make_env("faulty_tools", hops=1).name == "faulty_tools"
     with pytest.raises(
-        ConfigError, match="echo, faulty_tools, frozenlake, frozenlake-compact, humaneval"
+        ConfigError, match="echo, faulty_tools, frozenlake, frozenlake-compact, frozenlake-tools"
     ):
         make_env("sokoban")
     with pytest.raises(ConfigError, match="frozenlake"):

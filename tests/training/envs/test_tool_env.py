@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 import pytest
 from budgetmix import Budget
@@ -204,3 +205,79 @@ def test_deployed_under_the_controller() -> None:
         "correct",
     ]
     assert env._deployed_call("add", amount=1) == EPISODE_OVER
+
+
+# -- the package's environments as tool environments -------------------------------------
+def test_faulty_tools_is_a_tool_env_in_training_and_under_the_controller() -> None:
+    from budgetmix.training.envs import FaultyToolsEnv, ToolCallError
+
+    env = FaultyToolsEnv(hops=2, fail_at_steps={1})
+    assert is_tool_env(env)
+    assert [s.name for s in env.tool_specs()] == ["lookup", "list_keys", "answer"]
+    env.reset(5)
+    failed = env.call_tool("lookup", json.dumps({"key": env.start_key}))
+    assert failed.label.mistake == "tool_error" and failed.observation.startswith(
+        "Error: ToolCallError: lookup failed"
+    )
+    assert env.call_tool("lookup", '{"key": "nope"}').label.mistake == "invalid_tool_arguments"
+    assert env.call_tool("lookup", "{}").label.valid is False  # schema: key is required
+    text = env.step("I think I should look around")  # a reply: format mistake, goes on
+    assert (text.label.mistake, text.label.valid, text.done) == ("model_format_error", False, False)
+    for key in env.chain:
+        assert env.call_tool("lookup", json.dumps({"key": key})).label.progress
+    final = env.call_tool("answer", json.dumps({"value": env.answer}))
+    assert final.success and final.reward == 1.0
+    assert issubclass(ToolCallError, ToolMistake)
+
+    deployed = FaultyToolsEnv(hops=2, flaky_p=0.0)
+    task = deployed.reset(5)
+    script = [
+        tool_calls(tool_call("lookup", {"key": "zz"})),
+        *(tool_calls(tool_call("lookup", {"key": k})) for k in deployed.chain),
+        tool_calls(tool_call("answer", {"value": deployed.answer})),
+        final_answer("The answer is in."),
+    ]
+    run = run_agent(
+        ScriptedModel(script),
+        deployed.controller_tools(),
+        task,
+        Budget(turns=8),
+        judge=deployed.judge,
+    )
+    assert run.success and [m.kind for m in run.result.mistakes] == ["tool_error"]
+    assert len(run.result.recoveries) == 1
+
+
+def test_frozenlake_tools_moves_through_a_tool_and_its_demonstrator_calls_it() -> None:
+    pytest.importorskip("gymnasium")
+    from budgetmix.environment import unwrap as unwrap_env
+    from budgetmix.training.envs import FrozenLakeTools, make_env
+    from budgetmix.training.envs.agents import FrozenLakeDemonstrator
+
+    env = make_env("frozenlake-tools", map_name="4x4", slippery=False)
+    assert isinstance(env, FrozenLakeTools) and unwrap_env(env) is env.inner
+    (spec,) = env.tool_specs()
+    assert spec.name == "move"
+    assert spec.parameters["properties"]["direction"]["enum"] == ["left", "down", "right", "up"]
+    assert "call the move tool" in env.instructions()
+    env.reset(0)
+    edge = env.call_tool("move", '{"direction": "up"}')  # from S, the top row
+    assert (edge.label.mistake, edge.label.valid, edge.done) == ("env_action_failed", True, False)
+    assert env.call_tool("move", '{"direction": "north"}').label.mistake == "invalid_tool_arguments"
+
+    class _Request:  # what the rollout hands a demonstrator: the env and its ledger state
+        def __init__(self, turns_remaining: int) -> None:
+            self.env = env
+            self.state = type("S", (), {"turns_remaining": turns_remaining})()
+
+    env.reset(0)
+    demo = FrozenLakeDemonstrator(0.0, 0, tool_call=True)
+    for turn in range(12):
+        message: Any = demo(_Request(12 - turn))  # type: ignore[arg-type]
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == "move" and message["role"] == "assistant"
+        result = env.call_tool("move", json.dumps(call["function"]["arguments"]))
+        assert result.label.mistake is None
+        if result.done:
+            break
+    assert result.success and result.reward == 1.0 and env.inner.turns == 6
