@@ -34,8 +34,9 @@ from budgetmix._validate import check_choice, check_int
 from budgetmix.adapters.base import ToolSpec
 from budgetmix.budget import Budget
 from budgetmix.environment import StepLabel, StepResult, Task
+from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
-from budgetmix.notice import append_notice, render_notice
+from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement, append_notice, render_notice
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
 from budgetmix.training.envs.tool_env import ToolCallEnvironment
@@ -65,17 +66,29 @@ class RolloutSettings:
     raises :class:`TokenDriftError` on a template or boundary error (non-canonical
     sampled tokens are counted, never fatal).
 
+    ``notice_placement`` is the notice policy's placement the rollouts follow; only
+    ``"observation"`` (kept in the observation: one row per episode, the layout a
+    controller with the same placement feeds) is implemented (docs/layout.md).
+
     Raises:
-        ConfigError: a non-positive token limit (message names the field).
+        ConfigError: a non-positive token limit, or a placement other than
+            ``"observation"`` (message names the field).
     """
 
     notice_format: str = "v1"
+    notice_placement: NoticePlacement = "observation"
     max_new_tokens: int = 32
     max_total_tokens: int = 2048
     token_check: TokenCheck = "off"
 
     def __post_init__(self) -> None:
         check_choice("RolloutSettings.token_check", self.token_check, ("off", "report", "strict"))
+        check_choice("RolloutSettings.notice_placement", self.notice_placement, NOTICE_PLACEMENTS)
+        if self.notice_placement != "observation":
+            raise ConfigError(
+                "RolloutSettings.notice_placement 'ephemeral' needs one training row per turn, "
+                "which is not implemented; train with 'observation' (docs/layout.md)"
+            )
         for name in ("max_new_tokens", "max_total_tokens"):
             check_int(f"RolloutSettings.{name}", getattr(self, name), minimum=1)
 

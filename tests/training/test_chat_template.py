@@ -237,3 +237,11 @@ def test_a_span_boundary_inside_a_word_is_a_boundary_error(qwen: Any) -> None:
     drifts = codec.drifts(messages, ids, sampled_mask=[0] * len(head) + [1] * (len(tail) + 1))
     assert [d.kind for d in drifts] == ["boundary"] and drifts[0].fatal
     assert drifts[0].position < len(head) + 1
+
+
+def test_training_reads_the_notice_placement() -> None:
+    assert RolloutSettings().notice_placement == "observation"
+    with pytest.raises(ConfigError, match="one training row per turn"):
+        RolloutSettings(notice_placement="ephemeral")
+    with pytest.raises(ConfigError, match=r"RolloutSettings\.notice_placement must be one of"):
+        RolloutSettings(notice_placement="inline")  # type: ignore[arg-type]
