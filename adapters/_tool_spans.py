@@ -10,7 +10,12 @@ a failure a ``tool_error`` mistake) and has the episode write one ``execute_tool
 per call, from the moment response n was read to the moment request n+1 was made.
 That is an upper bound on the tool's own time (it includes the framework's work
 between the two); ``controller.tool(fn)`` or ``ep.tool_call(...)`` give exact timing,
-and a call whose outcome they recorded gets no second span. Shared by the SDK wrappers
+and a call whose outcome they recorded gets no second span.
+
+A framework that sends results back as plain user text (smolagents'
+``Observation: ...``, without the call id) answers the calls all at once: when a
+request carries no tool result but user text follows the model's last message, the
+pending calls end there, their outcome read from that text. Shared by the SDK wrappers
 and the HTTP transport (through :class:`~budgetmix.adapters._turn.TurnRequest`).
 """
 
@@ -22,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from budgetmix.adapters._wire import ParsedResponse, WireKind, answered_calls
+from budgetmix.adapters._wire import ParsedResponse, WireKind, answered_calls, history_key
+from budgetmix.adapters._wire.common import SEQUENCES, field, result_text, tool_result
 
 if TYPE_CHECKING:
     from budgetmix.episode import Episode
@@ -68,7 +74,9 @@ def results_sent(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> N
     charged: they answer the last response. Each call of that response gets its span;
     a result for a call the wire did not see records the outcome only."""
     results = answered_calls(kind, body)
-    pending = _PENDING.pop(episode, None) if results else None
+    pending = _PENDING.pop(episode, None)
+    if pending and not results:
+        results = _answered_in_text(kind, body, pending)
     now = time.time_ns()
     for result in reversed(results):
         call_id = result.call_id
@@ -88,3 +96,23 @@ def results_sent(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> N
             error=call.problem or (None if result.ok else "tool_error"),
             content=(call.arguments, result.content),
         )
+
+
+def _answered_in_text(
+    kind: WireKind, body: Mapping[str, Any], pending: dict[str, _Call]
+) -> list[Any]:
+    """The pending calls, answered by the user text after the model's last message (the
+    results of a framework that sends them as text), newest first; none when there is
+    no such text."""
+    history = body.get(history_key(kind))
+    texts: list[str] = []
+    for item in reversed(history if isinstance(history, SEQUENCES) else ()):
+        role = field(item, "role")
+        if role == "assistant" or field(item, "type") in ("function_call", "reasoning"):
+            break
+        if role == "user":
+            texts.append(result_text(field(item, "content")))
+    text = "\n".join(reversed([t for t in texts if t]))
+    if not text:
+        return []
+    return [tool_result(call_id, text) for call_id in reversed(pending)]

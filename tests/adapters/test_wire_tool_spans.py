@@ -173,3 +173,22 @@ def capturing(rig: Rig) -> BudgetController:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(rig.exporter))
     return BudgetController(Budget(turns=5), tracer_provider=provider, capture_content=True)
+
+
+@pytest.mark.parametrize("observation", ["Observation:\n3", "Error:\nadd() missing 'b'"])
+def test_results_sent_back_as_user_text_end_the_calls_of_the_last_response(
+    observation: str,
+) -> None:
+    # smolagents: the calls echoed as assistant text, the results as one user message
+    rig = make_rig([Reply.call("add", {"a": 1, "b": 2}), Reply.say("3")])
+    client = chat_client(rig)
+    history: list[Any] = list(USER)
+    with rig.controller.episode() as ep:
+        client.chat.completions.create(model="gpt-4o", messages=history, tools=CHAT_TOOLS)
+        history.append({"role": "assistant", "content": "Calling tools: add(a=1, b=2)"})
+        history.append({"role": "user", "content": [{"type": "text", "text": observation}]})
+        client.chat.completions.create(model="gpt-4o", messages=history, tools=CHAT_TOOLS)
+    (span,) = tool_spans(rig)
+    failed = observation.startswith("Error")
+    assert (span.status.status_code is StatusCode.ERROR) is failed
+    assert [str(m.kind) for m in ep.mistakes] == (["tool_error"] if failed else [])
