@@ -41,6 +41,18 @@ class Guess(ToolEnv):
         return ToolResult(output="yes" if ok else "no", done=ok, success=ok, progress=ok)
 
 
+def _guess_demo(env_kwargs, error_rate, seed):
+    def act(request):
+        call = {"name": "guess", "arguments": {"letter": request.env.letter}}
+        return {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "function": call}]}
+
+    return act
+
+
+class GuessWithDemo(Guess):
+    demonstrator = staticmethod(_guess_demo)
+
+
 def make_guess(letters: str = "ab") -> Guess:
     return Guess(letters)
 
@@ -216,3 +228,23 @@ def test_tool_env_demonstrations_roll_out_as_tool_calls(tokenizer: Any) -> None:
     # the last move's result ends the episode: nothing is rendered after it
     assert roles == ["system", "user", *["assistant", "tool"] * 5, "assistant"]
     assert all(step.label.mistake is None for step in rollouts[0].steps)
+
+
+def test_a_user_demonstrator_trains_sft_through_tool_calls(
+    user_module: Path, tokenizer: Any
+) -> None:
+    from budgetmix.policies.samplers import BudgetDraw
+    from budgetmix.training.chat import ChatCodec
+    from budgetmix.training.generation import ScriptedGenerator
+    from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+
+    assert TrainConfig(env="user_envs:GuessWithDemo", sft_steps=3).sft_steps == 3
+    spec = resolve_env("user_envs:GuessWithDemo")
+    assert spec.demonstrator is not None
+    tasks = spec.make_tasks(range(3), {})
+    specs = [EpisodeSpec(task=t, budget=BudgetDraw(turns=2, sampler="fixed")) for t in tasks]
+    codec = ChatCodec(tokenizer)
+    generator = ScriptedGenerator(spec.make_demo_agent({}, 0.0, 0), codec)
+    settings = RolloutSettings(max_new_tokens=200, max_total_tokens=4000, token_check="strict")
+    rollouts = run_rollouts(specs, generator, codec, settings)
+    assert [r.success for r in rollouts] == [True] * 3 and all(r.num_turns == 1 for r in rollouts)
