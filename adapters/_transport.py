@@ -41,7 +41,6 @@ from budgetmix.exceptions import (
     ConfigError,
     EarlyStopped,
     ProviderError,
-    ResponseFormatError,
 )
 
 __all__ = ["CONVERSATION_HEADER", "OnExhausted", "Plan", "TransportCore", "lib_of", "wire_kind"]
@@ -228,17 +227,17 @@ class TransportCore:
         return response
 
     def failed(self, plan: Plan, exc: ProviderError) -> Any:
-        """After the retries: the provider's own error response, its exception, or (a
-        body that could not be read) the :class:`ResponseFormatError`, as the wrappers
-        raise it."""
+        """After the controller's retries, what the SDK gets: the provider's own error
+        response, marked ``x-should-retry: false``, or the :class:`ProviderError` (a
+        :class:`ResponseFormatError` for a body that could not be read), which the SDKs
+        raise as is, as the wrappers raise it. Either way the SDK does not retry again:
+        each of its retries would be a new request, charged a turn."""
         cause = exc.__cause__
         if isinstance(cause, HTTPStatusFailure):
-            return cause.response  # already read; the client sees the provider's answer
-        if isinstance(exc, ResponseFormatError):
-            raise sdk_safe(exc) from cause
-        if cause is not None and cause is not exc:
-            raise cause
-        raise exc
+            response = cause.response  # already read; the client sees the provider's answer
+            response.headers["x-should-retry"] = "false"
+            return response
+        raise sdk_safe(exc) from cause
 
     # -- responses ---------------------------------------------------------------------
     def limit_body(self, plan: Plan, response: Any, *, is_async: bool) -> Any:

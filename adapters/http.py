@@ -13,7 +13,10 @@ retries transient failures (429, 5xx, timeouts, resets, a body cut short) under 
 controller's retry policy without consuming turns (a whole body is read inside the
 retried call, as the SDK wrappers' ``create`` reads it: the one classification, the
 same retries; a body that is not JSON is a :class:`~budgetmix.ResponseFormatError` on
-both paths), and reads usage, cost and tool-call
+both paths; after them the SDK does not retry again, since each of its retries would be
+a request charged a turn: a final error status carries ``x-should-retry: false``, which
+the OpenAI and Anthropic SDKs obey, and a final transport error is raised as
+:class:`~budgetmix.ProviderError`, which they raise as is), and reads usage, cost and tool-call
 mistakes from the JSON or server-sent-event response (the event stream is read in
 time linear in its size; one event over ``max_event_bytes`` or a body over
 ``max_body_bytes`` is a :class:`~budgetmix.ResponseFormatError`). A request to

@@ -16,7 +16,7 @@ from _provider_fakes import (
     Rig,
     make_rig,
 )
-from budgetmix import BudgetExhausted, EpisodeStatus, ResponseFormatError
+from budgetmix import BudgetExhausted, EpisodeStatus, ProviderError, ResponseFormatError
 from budgetmix.adapters.base import ToolCallRequest
 from budgetmix.adapters.http import (
     CONVERSATION_HEADER,
@@ -165,16 +165,18 @@ def test_transport_retries_transient_failures_without_turns() -> None:
     assert ep.state.used["turns"] == 1 and list(ep.mistakes) == []
 
 
-def test_after_the_retries_the_sdk_sees_the_provider_error() -> None:
+def test_after_the_retries_the_sdk_sees_the_provider_error_and_does_not_retry() -> None:
     rig = make_rig([Reply.error(503, "overloaded")] * 3 + [Reply(disconnect=True)] * 3)
-    client = openai_client(transport(rig), max_retries=0)
+    client = openai_client(transport(rig), max_retries=2)  # the SDK's own retries: kept
     with rig.controller.episode() as ep:
-        with pytest.raises(openai.InternalServerError, match="overloaded"):
+        with pytest.raises(openai.InternalServerError, match="overloaded") as status:
             client.chat.completions.create(model="gpt-4o", messages=USER)
-        with pytest.raises(openai.APIConnectionError):
+        assert status.value.response.headers["x-should-retry"] == "false"
+        with pytest.raises(ProviderError) as info:  # as the wrapper raises it
             client.chat.completions.create(model="gpt-4o", messages=USER)
+        assert isinstance(info.value, openai.OpenAIError)  # so the SDK raised it as is
         assert ep.state.used["turns"] == 0  # failed requests are refunded
-    assert rig.net.count == 6
+    assert rig.net.count == 6  # the controller's 3 attempts each, no SDK retry (a turn each)
     assert [str(m.kind) for m in ep.mistakes] == ["provider_error", "provider_error"]
 
 
