@@ -76,11 +76,20 @@ def assert_prefix_stable(server: FakeLLMServer) -> None:
     bodies = [r.body for r in server.model_requests()]
     assert len(bodies) >= 2, "needs two requests to compare"
     for n, (this, following) in enumerate(itertools.pairwise(bodies)):
-        start = this.rfind(b"{", 0, this.index(NOTICE)) - 1  # before the notice's "," too
+        start = _notice_start(this) - 1  # before the "," that joins it to the history too
         assert this[:start] == following[:start], (
             f"request {n + 2} differs from request {n + 1} within its first {start} bytes "
             f"(first difference at byte {_first_difference(this, following)})"
         )
+
+
+def _notice_start(body: bytes) -> int:
+    """Where the notice begins in a request's bytes: its block, or the message holding it
+    when it is that message's only content block."""
+    start = body.rfind(b"{", 0, body.index(NOTICE))
+    if body[start - 1 : start] == b"[":  # the first block of its message: the message
+        start = body.rfind(b"{", 0, start)
+    return start
 
 
 def _first_difference(a: bytes, b: bytes) -> int:
