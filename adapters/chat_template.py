@@ -359,6 +359,8 @@ class ChatTemplate:
         for token in (*_END_OF_TURN, *([eos] if isinstance(eos, str) else [])):
             if after.lstrip(" ").startswith(token):
                 return token
+        if isinstance(eos, str) and eos and eos in after:
+            return eos  # some glue before it (a newline): the EOS still ends the turn
         raise ConfigError(
             "chat template: cannot find the token that ends an assistant turn "
             f"(looked for {', '.join(_END_OF_TURN)} and the tokenizer's eos_token)"

@@ -245,3 +245,12 @@ def test_training_reads_the_notice_placement() -> None:
         RolloutSettings(notice_placement="ephemeral")
     with pytest.raises(ConfigError, match=r"RolloutSettings\.notice_placement must be one of"):
         RolloutSettings(notice_placement="inline")  # type: ignore[arg-type]
+
+
+def test_the_end_of_turn_token_is_found_or_the_template_refused(qwen: Any) -> None:
+    glued = "{% for m in messages %}{{ m['content'] }}\n{{ eos_token }}{% endfor %}"
+    assert ChatTemplate(qwen, glued).end_of_turn == "<|im_end|>"  # the EOS after some glue
+    with pytest.raises(ConfigError, match="cannot find the token that ends an assistant turn"):
+        ChatTemplate(qwen, "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    with pytest.raises(ConfigError, match="has no chat_template"):
+        ChatTemplate(object())
