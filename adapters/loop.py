@@ -235,7 +235,7 @@ class _AgentLoop:
                 self._tool_message(req, render_tool_result(value), is_error=False)
             else:
                 text = render_tool_error(value)
-                call.fail(text)
+                call.fail(text, kind=_raised_kind(value))
                 self._tool_message(req, text, is_error=True)
 
     def run_result(self) -> AgentRun:
@@ -457,3 +457,10 @@ async def arun_agent(
                     batch, await arun_prepared([p.prepared for p in batch], max_parallel)
                 )
     return loop.run_result()
+
+
+def _raised_kind(exc: BaseException) -> MistakeKind:
+    """The mistake kind a tool's exception names (``kind``, a :class:`MistakeKind`, as
+    :class:`budgetmix.training.envs.tool_env.ToolMistake` carries), else ``tool_error``."""
+    kind = getattr(exc, "kind", None)
+    return kind if isinstance(kind, MistakeKind) else MistakeKind.TOOL_ERROR

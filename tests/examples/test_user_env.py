@@ -52,7 +52,7 @@ def test_the_example_is_short_and_labels_mistakes_and_recoveries(user_env: Any) 
     env.reset(1)
     run = _deploy(ScriptedModel(user_env.demonstration(env)), env, 1)
     assert run.success and run.result.status is EpisodeStatus.SUCCESS
-    assert [m.kind for m in run.result.mistakes] == ["tool_error"]  # the refused add
+    assert [m.kind for m in run.result.mistakes] == ["env_action_failed"]  # refused add, as trained
     assert (
         len(run.result.recoveries) == 1 and run.turns_used == 5
     )  # 5 = mistake, 3, 2, submit, done
@@ -119,6 +119,6 @@ def test_recorded_trained_and_deployed_under_the_controller(user_env: Any, tmp_p
     calls = [c for m in replies for c in m.tool_calls]
     assert [c.name for c in calls][:1] == ["add"] and calls[0].arguments == '{"amount": 5}'
     assert {c.name for c in calls} <= {"add", "submit"}
-    assert [m.kind for m in run.result.mistakes] == ["tool_error"]
+    assert [m.kind for m in run.result.mistakes] == ["env_action_failed"]
     assert len(run.result.recoveries) == 1
     assert run.result.status in (EpisodeStatus.SUCCESS, EpisodeStatus.FAILED)
