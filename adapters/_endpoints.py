@@ -70,7 +70,7 @@ class Endpoint:
         return TurnRequest(
             ep,
             self._kind,
-            kwargs,
+            {k: v for k, v in kwargs.items() if not _omitted(v)},
             owner._pricing,
             sdk_transform=owner._sdk_transform,
             sdk_call=True,
@@ -96,6 +96,17 @@ class Endpoint:
             raise req.turn.failed(exc) from exc
         self._finish(req, parsed, is_async=is_async)
         return raw
+
+
+_SDKS = ("openai", "anthropic")
+
+
+def _omitted(value: Any) -> bool:
+    """The SDKs' ``omit`` / ``NOT_GIVEN`` (frameworks pass them, as the Agents SDK passes
+    ``stream=omit``): an argument the SDK leaves out of the request, so it is left out
+    here too."""
+    cls = type(value)
+    return cls.__name__ in ("Omit", "NotGiven") and cls.__module__.split(".")[0] in _SDKS
 
 
 class SyncEndpoint(Endpoint):

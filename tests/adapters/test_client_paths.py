@@ -190,3 +190,65 @@ def test_anthropic_post_and_beta_messages_are_budgeted() -> None:
         legacy = {"model": "claude-2", "max_tokens_to_sample": 8, "prompt": "\n\nHuman: hi"}
         client.post("/v1/complete", body=legacy, cast_to=Message)
     assert rig.net.count == 2
+
+
+def test_sdk_omit_sentinels_are_left_out_as_the_sdk_leaves_them() -> None:
+    rig = make_rig([Reply.say("a")], turns=3)
+    client = budgeted(rig.openai(), rig.controller)
+    with rig.controller.episode() as ep:
+        reply = client.chat.completions.create(
+            model="gpt-4o", messages=USER, stream=openai.omit, tools=openai.NOT_GIVEN
+        )
+        assert ep.state.used["turns"] == 1
+    assert reply.choices[0].message.content == "a"
+    assert "stream" not in rig.fake.requests[0].json and "tools" not in rig.fake.requests[0].json
+
+
+async def test_agents_sdk_run_streamed_uses_the_budgeted_streaming_response() -> None:
+    # the Responses model's run_streamed sends through responses.with_streaming_response
+    agents = pytest.importorskip("agents")
+    rig = make_rig([Reply.say("one"), Reply.say("two"), Reply.say("three")], turns=2)
+    client = budgeted(rig.openai(is_async=True), rig.controller)
+    model = agents.OpenAIResponsesModel(model="gpt-4o", openai_client=client)
+    agent = agents.Agent(name="a", instructions="Answer.", model=model)
+    async with rig.controller.episode() as ep:
+        for task in ("first", "second"):
+            result = agents.Runner.run_streamed(
+                agent, task, run_config=agents.RunConfig(tracing_disabled=True)
+            )
+            async for _ in result.stream_events():
+                pass
+        with pytest.raises(BudgetExhausted):
+            result = agents.Runner.run_streamed(
+                agent, "third", run_config=agents.RunConfig(tracing_disabled=True)
+            )
+            async for _ in result.stream_events():
+                pass
+        used = dict(ep.state.used)
+    assert rig.net.count == 2 and used["turns"] == 2 and used["output_tokens"] > 0
+    assert all(r.json["stream"] is True for r in rig.fake.model_requests())
+    assert [r.json["input"][-1]["content"].split(",")[0] for r in rig.fake.model_requests()] == [
+        "Budget (v1): turn 1 of 2",
+        "Budget (v1): turn 2 of 2",
+    ]
+    assert len(rig.spans("chat")) == 2
+
+
+@pytest.mark.usefixtures("no_network")
+def test_litellm_completion_with_a_budgeted_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # read before import
+    litellm = pytest.importorskip("litellm")
+    rig = make_rig([Reply.say(f"r{i}") for i in range(50)], turns=3)
+    client = budgeted(rig.openai(), rig.controller)
+    answers: list[str] = []
+    with pytest.raises(litellm.InternalServerError) as info, rig.controller.episode() as ep:
+        for _ in range(50):
+            reply = litellm.completion(
+                model="openai/gpt-4o", messages=USER, client=client, api_key="test"
+            )
+            answers.append(reply.choices[0].message.content)
+    assert "budget exhausted on turns" in str(info.value)  # LiteLLM's wrapper of the stop
+    assert rig.net.count == 3 and answers == ["r0", "r1", "r2"]
+    assert [n.split(",")[0] for n in notices(rig)] == [NOTICE.format(n=i) for i in (1, 2, 3)]
+    assert ep.result is not None and ep.result.status.value == "budget_exhausted"
+    assert ep.result.stop_reason == "turns"
