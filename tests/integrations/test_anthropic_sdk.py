@@ -17,7 +17,7 @@ from budgetmix.adapters.testing import FakeLLMServer, Reply
 anthropic = pytest.importorskip("anthropic")
 httpx2 = pytest.importorskip("httpx2")
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-test"  # any name: the fake server answers it
 WIRINGS = ["budgeted", "transport"]
 TOOLS = [
     {
