@@ -179,3 +179,18 @@ def test_with_streaming_response_is_budgeted_at_the_http_layer() -> None:
     assert used["turns"] == 2 and used["input_tokens"] == 11  # read from JSON and events
     assert all("Budget (v1)" in json.dumps(r.json["messages"]) for r in rig.fake.requests)
     assert len(rig.spans("chat")) == 2
+
+
+async def test_async_with_streaming_response_is_budgeted() -> None:
+    rig = make_rig([Reply.say("streamed", input_tokens=6)], turns=1)
+    client = budgeted(rig.anthropic(is_async=True), rig.controller)
+    kw: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 64, "messages": USER}
+    async with rig.controller.episode() as ep:
+        async with client.messages.with_streaming_response.create(**kw, stream=True) as response:
+            lines = [line async for line in response.iter_lines()]
+        with pytest.raises(BudgetExhausted):
+            async with client.messages.with_streaming_response.create(**kw) as response:
+                pass
+        used = dict(ep.state.used)
+    assert any("message_stop" in line for line in lines)
+    assert used["turns"] == 1 and used["input_tokens"] == 6 and rig.net.count == 1

@@ -1,6 +1,7 @@
-"""The OpenAI SDK's helpers through the wrapper: ``stream()``, ``parse()`` and
-``with_raw_response``, for chat completions and responses, sync and async, against the
-in-process fake LLM in the real wire formats."""
+"""The OpenAI SDK's helpers through the wrapper: ``stream()``, ``parse()``,
+``with_raw_response`` and ``with_streaming_response`` (budgeted at the HTTP layer), for
+chat completions and responses, sync and async, against the in-process fake LLM in the
+real wire formats."""
 
 from __future__ import annotations
 
@@ -183,3 +184,21 @@ async def test_async_helpers() -> None:
     assert ep.state.used["turns"] == 4
     assert ep.state.used["output_tokens"] >= 4 and ep.state.used["input_tokens"] > 0
     assert all(sent(rig, i)[-1]["content"].startswith("Budget (v1)") for i in range(4))
+
+
+async def test_async_with_streaming_response_is_budgeted() -> None:
+    rig = make_rig([Reply.say("whole", input_tokens=5), Reply.say("s", input_tokens=6)])
+    client = budgeted(rig.openai(is_async=True), rig.controller)
+    async with rig.controller.episode() as ep:
+        async with client.chat.completions.with_streaming_response.create(
+            model="gpt-4o", messages=USER
+        ) as response:
+            reply = await response.parse()
+        async with client.chat.completions.with_streaming_response.create(
+            model="gpt-4o", messages=USER, stream=True
+        ) as response:
+            lines = [line async for line in response.iter_lines()]
+        used = dict(ep.state.used)
+    assert reply.choices[0].message.content == "whole" and "data: [DONE]" in lines
+    assert used["turns"] == 2 and used["input_tokens"] == 11
+    assert sent(rig, 1)[-1]["content"].startswith("Budget (v1): turn 2 of 5")
