@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from budgetmix.episode import Episode
     from budgetmix.steps import Turn
 
-__all__ = ["calls_received", "results_sent"]
+__all__ = ["calls_received", "claim_call", "results_sent"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,6 +96,20 @@ def results_sent(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> N
             error=call.problem or (None if result.ok else "tool_error"),
             content=(call.arguments, result.content),
         )
+
+
+def claim_call(episode: Episode, name: str) -> str | None:
+    """The id of the oldest call of tool ``name`` the last response made and no result has
+    answered yet, taken off the wire's list: a recorder that runs the call itself (the
+    MCP session wrapper) times and records it exactly, so the wire gives it no second
+    span nor a second outcome. ``None``: no such call is waiting."""
+    pending = _PENDING.get(episode)
+    if not pending:
+        return None
+    call_id = next((cid for cid, call in pending.items() if call.name == name), None)
+    if call_id is not None:
+        del pending[call_id]
+    return call_id
 
 
 def _answered_in_text(

@@ -20,7 +20,9 @@ tools (``list_tools`` through this session) and the name is not among them,
 ``invalid_tool_arguments`` when the arguments break the tool's listed input schema,
 ``tool_error`` otherwise; an exception from the call (a protocol error, a timeout, a
 closed connection) is a ``tool_error`` and propagates unchanged. The caller always gets
-the server's own result.
+the server's own result. When the call answers a tool call of a model response that the
+budget read (a framework over ``budgeted(client)`` or the HTTP transport), it is recorded
+under that call's id, and the wire gives it no second span nor a second outcome.
 
 Which episode is charged: ``target`` itself (an :class:`~budgetmix.Episode`), the
 current episode of ``target`` (a :class:`~budgetmix.BudgetController`), or whatever
@@ -36,6 +38,7 @@ from typing import Any, TypeVar, cast
 
 from budgetmix._deps import require
 from budgetmix.adapters._endpoints import Target, resolve_episode
+from budgetmix.adapters._tool_spans import claim_call
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
 from budgetmix.events import MistakeKind
@@ -109,7 +112,8 @@ class BudgetedSession:
             ConfigError: no episode to charge; nothing was sent.
         """
         episode = self._episode(name)
-        (call,) = episode.tool_batch([name])
+        # a call the model made in a response the budget read: recorded here, under its id
+        (call,) = episode.tool_batch([name], [claim_call(episode, name)])
         call.record_arguments(arguments)
         with call:  # an exception is a tool_error mistake, and propagates
             result = await self._session.call_tool(name, arguments, *args, **kwargs)

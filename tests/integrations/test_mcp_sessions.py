@@ -145,3 +145,50 @@ def test_a_session_without_call_tool_is_a_config_error() -> None:
         budgeted_session(object(), None)
     with pytest.raises(ConfigError, match="target"):
         budgeted_session(mcp.ClientSession, "controller")  # type: ignore[arg-type]
+
+
+async def test_a_framework_calling_mcp_tools_records_each_call_once(
+    tmp_path: Path, server: Any, spans: Spans
+) -> None:
+    """The OpenAI Agents SDK with an MCP server, over the budget transport: the session
+    line records each MCP call exactly (under the model's call id), the wire adds no
+    second span and no second mistake."""
+    agents = pytest.importorskip("agents")
+    httpx = pytest.importorskip("httpx")
+    openai = pytest.importorskip("openai")
+    from budgetmix.adapters.http import AsyncBudgetTransport
+    from budgetmix.adapters.testing import Reply
+
+    agents.set_tracing_disabled(True)
+    server.push(
+        Reply.call("add", {"a": 1, "b": 2}), Reply.call("divide", {"a": 1, "b": 0}), Reply.say("3")
+    )
+    controller = BudgetController(Budget(turns=4, tool_calls=4), tracer_provider=spans.provider)
+    client = openai.AsyncOpenAI(
+        api_key="test",
+        base_url=server.base_url,
+        http_client=httpx.AsyncClient(transport=AsyncBudgetTransport(None, controller)),
+        max_retries=0,
+    )
+    params = {"command": sys.executable, "args": [str(SERVER), str(tmp_path / "ran.log")]}
+    async with agents.mcp.MCPServerStdio(params=params, name="calc") as mcp_server:
+        mcp_server.session = budgeted_session(mcp_server.session, controller)  # the one line
+        agent = agents.Agent(
+            name="calc",
+            mcp_servers=[mcp_server],
+            model=agents.OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client),
+        )
+        async with controller.episode() as ep:
+            result = await agents.Runner.run(agent, "what is 1+2?")
+            ep.finish(True, result.final_output)
+    assert result.final_output == "3" and ran(tmp_path) == ["add", "divide"]
+    assert ep.result is not None and ep.result.used["tool_calls"] == 2
+    assert [(str(m.kind), m.tool, m.call_id) for m in ep.result.mistakes] == [
+        ("tool_error", "divide", "call_2_0")
+    ]
+    tool_spans = spans.named("execute_tool")
+    assert [(s.name, s.attributes["gen_ai.tool.call.id"]) for s in tool_spans] == [
+        ("execute_tool add", "call_1_0"),
+        ("execute_tool divide", "call_2_0"),
+    ]
+    assert all("budgetmix.tool.timing" not in s.attributes for s in tool_spans)  # exact
