@@ -13,8 +13,8 @@ The first that applies:
 3. an ``x-budgetmix-conversation`` header (:data:`CONVERSATION_HEADER`, removed before
    the request is forwarded): the open episode with that id, if the transport has seen
    it (rule 2), else the transport's own conversation of that name;
-4. a Responses ``previous_response_id`` naming a response the transport read whole
-   (a streamed response's id is not read): that response's episode, while it is open;
+4. a Responses ``previous_response_id`` naming a response the transport read (whole, or
+   streamed to its end): that response's episode, while it is open;
 5. the transport has seen exactly one episode (rule 2) that is still open: that one (a
    framework's worker thread that lost the context). Several: the request is refused
    with :class:`~budgetmix.ConfigError`, as it cannot be told apart; nothing is sent

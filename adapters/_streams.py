@@ -27,6 +27,7 @@ from budgetmix.adapters._sse import EventStreamDecoder, limit_error, read_json
 
 if TYPE_CHECKING:
     from budgetmix.adapters._turn import TurnRequest
+    from budgetmix.adapters._wire import ParsedResponse
 
 __all__ = [
     "AsyncRecordingStream",
@@ -83,13 +84,20 @@ class _Sink:
 
 
 class StreamRecorder(_Sink):
-    """Folds a stream's events into its turn; records the response once, at the end."""
+    """Folds a stream's events into its turn; records the response once, at the end
+    (``after``: told the parsed response then)."""
 
-    __slots__ = ("_acc",)
+    __slots__ = ("_acc", "_after")
 
-    def __init__(self, req: TurnRequest, raise_as: RaiseAs = mapped_error) -> None:
+    def __init__(
+        self,
+        req: TurnRequest,
+        raise_as: RaiseAs = mapped_error,
+        after: Callable[[ParsedResponse], None] | None = None,
+    ) -> None:
         super().__init__(req, raise_as)
         self._acc = req.accumulator()
+        self._after = after
 
     def feed(self, item: Any) -> None:
         """Fold one event in (called per streamed token: keep it lean)."""
@@ -99,7 +107,10 @@ class StreamRecorder(_Sink):
         """Record what arrived (idempotent)."""
         if not self._done and self._req is not None:
             self._done = True
-            self._req.finish(self._acc.finish())
+            parsed = self._acc.finish()
+            self._req.finish(parsed)
+            if self._after is not None:
+                self._after(parsed)
 
 
 class EventStreamTap(StreamRecorder):
@@ -108,8 +119,14 @@ class EventStreamTap(StreamRecorder):
 
     __slots__ = ("_decoder",)
 
-    def __init__(self, req: TurnRequest, decoder: EventStreamDecoder, raise_as: RaiseAs) -> None:
-        super().__init__(req, raise_as)
+    def __init__(
+        self,
+        req: TurnRequest,
+        decoder: EventStreamDecoder,
+        raise_as: RaiseAs,
+        after: Callable[[ParsedResponse], None] | None = None,
+    ) -> None:
+        super().__init__(req, raise_as, after)
         self._decoder = decoder
 
     def feed(self, item: bytes) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from types import ModuleType
 from typing import Any, Literal
 
@@ -31,7 +32,13 @@ from budgetmix.adapters._sse import (
 )
 from budgetmix.adapters._streams import BodyLimitTap, EventStreamTap, tap_streams
 from budgetmix.adapters._turn import TurnRequest, request_problem
-from budgetmix.adapters._wire import WireKind, parse_response, terminal_body, terminal_stream
+from budgetmix.adapters._wire import (
+    ParsedResponse,
+    WireKind,
+    parse_response,
+    terminal_body,
+    terminal_stream,
+)
 from budgetmix.adapters.pricing import DEFAULT_PRICING, Pricing
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
@@ -262,17 +269,20 @@ class TransportCore:
         """Record the whole response read into ``plan.data``; ``response`` itself."""
         data = plan.data
         parsed = parse_response(plan.kind, data if isinstance(data, dict) else {})
-        if plan.kind == "responses" and isinstance(data, dict):
-            self.attribution.answered(data.get("id"), plan.req.episode)
         plan.req.finish(parsed)
+        self._answered(plan, parsed)
         return response  # read already: the client takes its decoded content as is
+
+    def _answered(self, plan: Plan, parsed: ParsedResponse) -> None:
+        if plan.kind == "responses":  # a later previous_response_id names its episode
+            self.attribution.answered(parsed.response_id, plan.req.episode)
 
     def tapped(self, plan: Plan, response: Any, *, is_async: bool) -> Any:
         """``response`` with its event stream recorded as the client reads it."""
         sync_tap, async_tap = tap_streams(plan.lib)
         cls = async_tap if is_async else sync_tap
         decoder = EventStreamDecoder(self.max_event, self.max_body)
-        tap = EventStreamTap(plan.req, decoder, _sdk_safe)
+        tap = EventStreamTap(plan.req, decoder, _sdk_safe, partial(self._answered, plan))
         headers = [
             (k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"
         ]

@@ -39,7 +39,7 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "input_tokens_details")
 
 def read(obj: Any) -> ParsedResponse:
     """A whole response (``object: response``)."""
-    out = ParsedResponse(model=as_str(field(obj, "model")))
+    out = ParsedResponse(model=as_str(field(obj, "model")), response_id=as_str(field(obj, "id")))
     read_usage(out, field(obj, "usage"), USAGE_FIELDS)
     status = field(obj, "status")
     if status and isinstance(status, str):

@@ -212,3 +212,17 @@ def test_responses_chained_by_previous_response_id_find_their_episode() -> None:
                 client.responses.create, model="gpt-4o", input="go", previous_response_id=first.id
             ).result()
         assert (a.state.used["turns"], b.state.used["turns"]) == (2, 1)
+
+
+def test_a_streamed_responses_response_is_chained_too() -> None:
+    rig = make_rig(turns=5)
+    client = sync_client(BudgetTransport(rig.net, rig.controller))
+    with rig.controller.episode() as a, ThreadPoolExecutor(1) as pool:
+        events = list(client.responses.create(model="gpt-4o", input="start", stream=True))
+        first_id = events[-1].response.id
+        with rig.controller.episode() as b:
+            client.responses.create(model="gpt-4o", input="other")
+            pool.submit(
+                client.responses.create, model="gpt-4o", input="go", previous_response_id=first_id
+            ).result()
+        assert (a.state.used["turns"], b.state.used["turns"]) == (2, 1)
