@@ -141,8 +141,9 @@ def _frozenlake_tools_demo(kwargs: Mapping[str, Any], error_rate: float, seed: i
 
 def _compact_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> DemoAgent:
     gamma = float(kwargs.get("demo_gamma", 0.99))
+    blind = not kwargs.get("demo_budget_aware", False)  # the experiment's aware base opts in
     return FrozenLakeDemonstrator(
-        error_rate, f"blind-demo:{seed}", budget_blind=True, gamma=gamma, moves=MOVE_LETTERS
+        error_rate, f"blind-demo:{seed}", budget_blind=blind, gamma=gamma, moves=MOVE_LETTERS
     )
 
 
@@ -154,7 +155,10 @@ ENVIRONMENTS: Mapping[str, EnvSpec] = MappingProxyType(
         "frozenlake": EnvSpec("frozenlake", FrozenLakeEnv, _frozenlake_demo),
         TOOLS_ENV_NAME: EnvSpec(TOOLS_ENV_NAME, FrozenLakeTools, _frozenlake_tools_demo),
         COMPACT_ENV_NAME: EnvSpec(
-            COMPACT_ENV_NAME, CompactFrozenLake, _compact_demo, frozenset({"demo_gamma"})
+            COMPACT_ENV_NAME,
+            CompactFrozenLake,
+            _compact_demo,
+            frozenset({"demo_gamma", "demo_budget_aware"}),
         ),
         "humaneval": EnvSpec("humaneval", HumanEvalEnv),
     }
