@@ -21,6 +21,7 @@ from budgetmix.adapters.testing import FakeLLMServer, Reply
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 openai = pytest.importorskip("openai")
 litellm = pytest.importorskip("litellm")
+litellm.suppress_debug_info = True  # no "Give Feedback" banner on every error
 
 WIRINGS = ["budgeted", "transport"]
 TOOLS = [
