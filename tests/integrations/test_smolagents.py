@@ -105,7 +105,7 @@ def test_a_rewritten_first_message_stays_one_conversation(server: FakeLLMServer)
     controller = BudgetController(Budget(turns=3))
     transport = BudgetTransport(None, controller)
     agent = calc_agent(server, transport)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(smolagents.utils.AgentGenerationError) as info:
         agent.run("loop forever")
     assert in_chain(info.value, BudgetExhausted)
     assert len(server.model_requests()) <= 3
