@@ -187,3 +187,23 @@ def test_rollouts_use_the_cache_and_sample_what_rereading_samples(
             torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
         )
     assert cached_gen.sampler.ids_fed < reread_gen.sampler.ids_fed
+
+
+def test_the_rollout_bench_runs_in_quick_mode(tmp_path: Any) -> None:
+    """bench/rollout_kv.py --quick writes its table (nothing about speed is asserted)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "table.md"
+    subprocess.run(
+        [sys.executable, str(root / "bench" / "rollout_kv.py"), "--quick", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    table = out.read_text()
+    assert "| 2 |" in table and "| 4 |" in table
+    assert "cost exponent 2..4 turns: cached" in table
+    assert "re-read / cached =" in table
