@@ -107,7 +107,7 @@ def test_the_limit_holds_and_the_episode_ends_on_budget(server: FakeLLMServer, w
     server.default = Reply.call("add", {"a": 1, "b": 2})
     controller = BudgetController(Budget(turns=2))
     client = client_for(server, controller, wiring)
-    with pytest.raises(Exception) as info:  # noqa: SIM117 - LiteLLM wraps the budget's error
+    with pytest.raises(litellm.InternalServerError) as info:  # noqa: SIM117 - its wrapper
         with controller.episode() as ep:
             agent_loop(client, turns=10)
     assert in_chain(info.value, BudgetExhausted), repr(info.value)
@@ -128,7 +128,7 @@ async def test_acompletion_over_the_async_transport(server: FakeLLMServer) -> No
     messages = [{"role": "user", "content": "what is 1+2?"}]
     async with controller.episode() as ep:
         reply = await litellm.acompletion(model="openai/gpt-4o", messages=messages, client=client)
-        with pytest.raises(Exception) as info:
+        with pytest.raises(litellm.InternalServerError) as info:
             await litellm.acompletion(model="openai/gpt-4o", messages=messages, client=client)
     assert reply.choices[0].message.content == "3"
     assert in_chain(info.value, BudgetExhausted)
