@@ -207,7 +207,7 @@ class ClientWrapper:
         sleep: Any,
         sdk_transform: bool = False,
     ) -> None:
-        self._client = client
+        self._sdk_client = client  # not ``_client``: SDK code reads that as the HTTP client
         self._target = target
         self._sdk_transform = sdk_transform
         self._pricing = pricing if pricing is not None else DEFAULT_PRICING
@@ -222,7 +222,7 @@ class ClientWrapper:
     @property
     def unwrapped(self) -> Any:
         """The client this wraps."""
-        return self._client
+        return self._sdk_client
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+        return getattr(self._sdk_client, name)

@@ -176,13 +176,20 @@ def _http_lib(http: Any) -> tuple[ModuleType, bool]:
     )
 
 
+def ungated(http: Any) -> Any:
+    """The HTTP client behind a guarded client's (``http`` itself when it is no such
+    client): a copy made from a wrapper's ``_client`` must not be gated twice."""
+    gate = getattr(http, "_transport", None)
+    return gate._http if isinstance(gate, _Gate) else http
+
+
 def guarded_client(client: Any, target: Target, *, pricing: Pricing | None, sleep: Any) -> Any:
     """A copy of the SDK ``client`` whose every request goes through a gate.
 
     Raises:
         ConfigError: the client's HTTP client is neither an ``httpx`` nor an ``httpx2`` one.
     """
-    http = client._client
+    http = ungated(client._client)
     lib, is_async = _http_lib(http)
     gate = (AsyncGate if is_async else SyncGate)(http, target, pricing=pricing, sleep=sleep)
     # the outer client builds the requests: it carries what the client's own would add
@@ -213,9 +220,13 @@ class GuardedWrapper(ClientWrapper):
         retries, which the endpoints send through)."""
 
     def with_options(self, **options: Any) -> Self:
-        """The client's ``with_options`` (alias ``copy``), wrapped the same way."""
+        """The client's ``with_options`` (alias ``copy``), wrapped the same way (an
+        ``http_client`` read from this wrapper's ``_client`` is used ungated)."""
+        if options.get("http_client") is not None:
+            options["http_client"] = ungated(options["http_client"])
+        copy = self._sdk_client.with_options(**options)
         return type(self)(
-            self._client.with_options(**options),
+            copy,
             self._target,
             pricing=self._pricing,
             sleep=self._sleep,

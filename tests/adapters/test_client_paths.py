@@ -252,3 +252,22 @@ def test_litellm_completion_with_a_budgeted_client(monkeypatch: pytest.MonkeyPat
     assert [n.split(",")[0] for n in notices(rig)] == [NOTICE.format(n=i) for i in (1, 2, 3)]
     assert ep.result is not None and ep.result.status.value == "budget_exhausted"
     assert ep.result.stop_reason == "turns"
+
+
+def test_a_copy_made_from_the_wrappers_http_client_is_charged_once() -> None:
+    # Pydantic AI's with_max_retries: client.with_options(http_client=client._client, ...)
+    rig = make_rig([Reply.say("a"), Reply.say("b")], turns=3)
+    client = budgeted(rig.openai(), rig.controller)
+    assert type(client._client).__name__ == "Client"  # the HTTP client, as on the SDK's
+    copy = client.with_options(http_client=client._client, max_retries=1)
+    with rig.controller.episode() as ep:
+        copy.chat.completions.create(model="gpt-4o", messages=USER)
+        copy.post(
+            "/chat/completions",
+            body={"model": "gpt-4o", "messages": USER},
+            cast_to=openai.types.chat.ChatCompletion,
+        )
+        assert ep.state.used["turns"] == 2
+    assert rig.net.count == 2
+    assert [n.split(",")[0] for n in notices(rig)] == [NOTICE.format(n=i) for i in (1, 2)]
+    assert all(n.count("Budget (v1)") == 1 for n in notices(rig))
