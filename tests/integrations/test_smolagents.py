@@ -4,6 +4,7 @@ budget transport), streamed and not."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -111,3 +112,28 @@ def test_a_rewritten_first_message_stays_one_conversation(server: FakeLLMServer)
     assert len(server.model_requests()) <= 3
     results = transport.finish()
     assert [r.status for r in results] == [EpisodeStatus.BUDGET_EXHAUSTED]
+
+
+def test_concurrent_runs_in_threads_keep_separate_budgets(server: FakeLLMServer) -> None:
+    server.default = Reply.call("add", {"a": 1, "b": 2})
+    controller = BudgetController(Budget(turns=2))
+    transport = BudgetTransport(None, controller)  # one transport, one model, two agents
+    results: dict[int, Any] = {}
+
+    def one_run(turns: int) -> None:
+        agent = calc_agent(server, transport)
+        with pytest.raises(smolagents.utils.AgentGenerationError):  # noqa: SIM117
+            with controller.episode(budget=Budget(turns=turns)) as ep:
+                agent.run("the same task")
+        results[turns] = ep.result
+
+    threads = [threading.Thread(target=one_run, args=(t,)) for t in (2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert {t: (r.used["turns"], r.status) for t, r in results.items()} == {
+        2: (2, EpisodeStatus.BUDGET_EXHAUSTED),
+        3: (3, EpisodeStatus.BUDGET_EXHAUSTED),
+    }
+    assert len(server.model_requests()) == 5
