@@ -26,6 +26,7 @@ from budgetmix.adapters._wire import (
 from budgetmix.adapters._wire.common import SEQUENCES
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import ConfigError
+from budgetmix.genai_content import finish_reason
 from budgetmix.policy import notice_placement
 
 if TYPE_CHECKING:
@@ -409,7 +410,13 @@ class TurnRequest:
                 for c, arguments in calls
             ]
         ep.record_message(message)
-        turn.record_content(
-            input_messages=self.body.get("messages", self.body.get("input")),
-            output_messages=[message],
-        )
+        if ep.controller.capture_content:
+            reason = parsed.finish_reasons[0] if parsed.finish_reasons else None
+            if calls and finish_reason(reason) == "stop":  # Responses: "completed"
+                reason = "tool_call"
+            turn.record_content(
+                input_messages=self.body.get("messages", self.body.get("input")),
+                output_messages=[message],
+                system_instructions=self.body.get("system", self.body.get("instructions")),
+                finish_reason=reason,
+            )

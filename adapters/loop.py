@@ -163,6 +163,9 @@ class _AgentLoop:
             self.pricing.require(self.model_name)
         for message in self.history:
             self.episode.record_message(message)
+        self._sent: ModelRequest | None = None  # the turn's request, for content capture
+        if episode.controller.capture_content:  # the task, before a notice joins it
+            episode.controller.instrumentation.episode_input(episode, self.history)
 
     def next_turn(self) -> Turn | None:
         return self.episode.try_begin_turn(model=self.model_name)
@@ -174,16 +177,19 @@ class _AgentLoop:
         if notice and self.placement == "observation":
             self._place_notice(notice)
             notice = None
-        return ModelRequest(
+        self._sent = ModelRequest(
             messages=tuple(self.history),
             tools=self.toolbox.specs,
             notice=notice,
             tool_choice="none" if turn.grace else "auto",
         )
+        return self._sent
 
     def on_response(self, turn: Turn, response: ModelResponse) -> list[_Planned] | None:
         """Digest a response: ``None`` ends the run, otherwise the tool batch to run."""
         self._record_usage(turn, response)
+        if self.episode.controller.capture_content and self._sent is not None:
+            _record_content(turn, self._sent, response)
         response = _sendable(response)  # it goes back to the model with the history
         self._append(
             ChatMessage(role="assistant", content=response.text, tool_calls=response.tool_calls)
@@ -306,6 +312,18 @@ class _AgentLoop:
 
 
 # -- what both drivers share ----------------------------------------------------------
+def _record_content(turn: Turn, sent: ModelRequest, response: ModelResponse) -> None:
+    """The turn's request and reply on its span (content capture): the history as sent,
+    an ephemeral notice as the trailing user message the model adapter adds."""
+    messages: list[ChatMessage] = list(sent.messages)
+    if sent.notice:
+        messages.append(ChatMessage(role="user", content=sent.notice))
+    reply = ChatMessage(role="assistant", content=response.text, tool_calls=response.tool_calls)
+    turn.record_content(
+        input_messages=messages, output_messages=[reply], finish_reason=response.finish_reason
+    )
+
+
 def _sendable(response: ModelResponse) -> ModelResponse:
     """``response`` with its text and tool calls as text an SDK can encode (a lone
     surrogate, which JSON can escape, as U+FFFD); the same object when nothing changes."""

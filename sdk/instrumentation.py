@@ -21,13 +21,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from budgetmix import semconv as sc
 from budgetmix._version import __version__
 from budgetmix.budget import DIMENSIONS
-from budgetmix.events import EpisodeResult, EpisodeStatus, Mistake, Recovery
+from budgetmix.events import EpisodeResult, Mistake, Recovery
+from budgetmix.genai_content import input_messages, last_text
 from budgetmix.hooks import Hooks
 from budgetmix.ledger import LedgerState
+from budgetmix.trace_content import (
+    FAILED_STATUSES,
+    set_content,
+    set_episode_content,
+    set_outcome,
+    write_turn_content,
+)
 from opentelemetry import metrics, trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 
@@ -36,12 +45,14 @@ if TYPE_CHECKING:
     from budgetmix.steps import ToolCall
 
 __all__ = [
+    "FAILED_STATUSES",
     "EpisodeTrace",
     "Instrumentation",
     "add_span_event",
     "call_hooks",
     "set_content",
     "set_error",
+    "set_turn_content",
     "set_usage",
     "tracer_is_no_op",
     "wire_tool_span",
@@ -78,7 +89,15 @@ def call_hooks(
 class Instrumentation:
     """A controller's tracer, metric instruments and hooks (shared by its episodes)."""
 
-    __slots__ = ("hooks", "m_exhaustions", "m_mistakes", "m_recoveries", "m_turns", "tracer")
+    __slots__ = (
+        "content_traces",
+        "hooks",
+        "m_exhaustions",
+        "m_mistakes",
+        "m_recoveries",
+        "m_turns",
+        "tracer",
+    )
 
     def __init__(
         self,
@@ -96,13 +115,33 @@ class Instrumentation:
         self.m_exhaustions = meter.create_counter(sc.BM_METRIC_EXHAUSTIONS, unit="{episode}")
         self.m_mistakes = meter.create_counter(sc.BM_METRIC_MISTAKES, unit="{mistake}")
         self.m_recoveries = meter.create_counter(sc.BM_METRIC_RECOVERIES, unit="{recovery}")
+        # the open episodes that capture content, for their turns to tell their task
+        # and last reply (only those: nothing is kept when capture is off)
+        self.content_traces: WeakKeyDictionary[object, EpisodeTrace] = WeakKeyDictionary()
+
+    def episode_input(self, episode: object, task: Any) -> None:
+        """``task`` (a string or messages: the last user text counts) is what the
+        episode's span shows as its input, when ``episode`` captures content."""
+        trace_ = self.content_traces.get(episode)
+        if trace_ is not None:
+            trace_.task = task if isinstance(task, str) else last_text(input_messages(task), "user")
 
 
 class EpisodeTrace:
     """One episode's spans, metric points and hook calls (a hook that raises is listed
     in ``hook_errors``)."""
 
-    __slots__ = ("_episode", "_errors", "_hooks", "_inst", "_no_op", "span")
+    __slots__ = (
+        "__weakref__",
+        "_episode",
+        "_errors",
+        "_hooks",
+        "_inst",
+        "_no_op",
+        "answer",
+        "span",
+        "task",
+    )
 
     def __init__(self, inst: Instrumentation, episode: Episode, hook_errors: list[str]) -> None:
         self._inst = inst
@@ -111,6 +150,10 @@ class EpisodeTrace:
         self._errors = hook_errors
         self._no_op: bool | None = None  # decided once per episode, when first asked
         self.span: trace.Span = trace.INVALID_SPAN
+        self.task: str | None = None  # with content capture: the span's input and output
+        self.answer: str | None = None
+        if episode.controller.capture_content:
+            inst.content_traces[episode] = self
 
     # -- spans -------------------------------------------------------------------------
     def start(self, parent: EpisodeTrace | None) -> None:
@@ -301,12 +344,28 @@ class EpisodeTrace:
                 if lim is not None:
                     span.set_attribute(sc.bm_limit(dim), lim)
                     span.set_attribute(sc.bm_remaining(dim), max(0.0, lim - used[dim]))
-            if result.status is EpisodeStatus.ERROR:
-                set_error(span, (result.error or "error").split(":")[0])
+            set_outcome(span, result)
+            if self._episode.controller.capture_content:
+                self._inst.content_traces.pop(self._episode, None)
+                set_episode_content(span, self.task, self.answer, result.final_output)
         span.end()
         self._inst.m_turns.record(result.used["turns"], {"status": str(result.status)})
         if self._hooks:
             call_hooks(self._hooks, "on_finish", self._episode, self._errors, result)
+
+
+    def turn_content(
+        self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]], notice: str | None
+    ) -> None:
+        """A turn's content (parts format): the first turn's last user text (its budget
+        ``notice`` left out) is the episode's task unless one was given; the last
+        reply's text its answer."""
+        if self.task is None:
+            self.task = last_text(inputs, "user", notice=notice)
+        answer = last_text(outputs, "assistant")
+        if answer is not None:
+            self.answer = answer
+
 
 
 # -- what a turn or a tool call writes on its own span ----------------------------------
@@ -333,15 +392,24 @@ def set_usage(
         span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, list(finish_reasons))
 
 
-def set_content(span: trace.Span, key: str, value: Any) -> None:
-    """Opt-in content on a span, with credentials masked (never a secret in a trace).
-
-    The text comes from :func:`~budgetmix.telemetry.redact_content`, which masks before
-    encoding and never raises: whatever a tool returns, capturing it cannot change the
-    episode's outcome."""
-    from budgetmix.telemetry.redaction import redact_content
-
-    span.set_attribute(key, redact_content(value))
+def set_turn_content(
+    inst: Instrumentation,
+    episode: object,
+    span: trace.Span,
+    *,
+    inputs: Any = None,
+    outputs: Any = None,
+    system: Any = None,
+    finish_reason: Any = None,
+    notice: str | None = None,
+) -> None:
+    """A turn's content in the GenAI conventions' parts format
+    (:mod:`budgetmix.genai_content` reads chat, Responses, Anthropic and neutral
+    messages), credentials masked; the episode's trace learns its task and answer."""
+    parts_in, parts_out = write_turn_content(span, inputs, outputs, system, finish_reason)
+    trace_ = inst.content_traces.get(episode)
+    if trace_ is not None:
+        trace_.turn_content(parts_in, parts_out, notice)
 
 
 def add_span_event(

@@ -57,6 +57,7 @@ __all__ = [
     "GEN_AI_REQUEST_MODEL",
     "GEN_AI_RESPONSE_FINISH_REASONS",
     "GEN_AI_RESPONSE_MODEL",
+    "GEN_AI_SYSTEM_INSTRUCTIONS",
     "GEN_AI_TOOL_CALL_ARGUMENTS",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_CALL_RESULT",
@@ -66,6 +67,10 @@ __all__ = [
     "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "OI_INPUT_MIME_TYPE",
+    "OI_INPUT_VALUE",
+    "OI_OUTPUT_MIME_TYPE",
+    "OI_OUTPUT_VALUE",
     "bm_detail",
     "bm_limit",
     "bm_remaining",
@@ -90,9 +95,16 @@ GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 ERROR_TYPE = "error.type"
+# OpenInference's input and output of a span (Arize Phoenix shows them in its lists of
+# traces and agents; it maps no GenAI attribute to them), on the episode span only.
+OI_INPUT_VALUE = "input.value"
+OI_INPUT_MIME_TYPE = "input.mime_type"
+OI_OUTPUT_VALUE = "output.value"
+OI_OUTPUT_MIME_TYPE = "output.mime_type"
 
 BM_EPISODE_ID = "budgetmix.episode.id"
 BM_STATUS = "budgetmix.status"

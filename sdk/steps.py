@@ -24,6 +24,7 @@ from budgetmix.instrumentation import (
     add_span_event,
     set_content,
     set_error,
+    set_turn_content,
     set_usage,
     wire_tool_span,
 )
@@ -182,16 +183,33 @@ class Turn:
                 finish_reasons=finish_reasons,
             )
 
-    def record_content(self, *, input_messages: Any = None, output_messages: Any = None) -> None:
-        """Attach message content to the span, only when content capture is enabled."""
+    def record_content(
+        self,
+        *,
+        input_messages: Any = None,
+        output_messages: Any = None,
+        system_instructions: Any = None,
+        finish_reason: Any = None,
+    ) -> None:
+        """Attach message content to the span, only when content capture is enabled, in
+        the GenAI conventions' parts format (``gen_ai.input.messages``,
+        ``gen_ai.output.messages``, ``gen_ai.system_instructions``). Messages may be
+        OpenAI chat or Responses items, Anthropic messages, ``ChatMessage`` s or parts
+        already; ``finish_reason`` goes on output messages that have none."""
         span = self._span
-        capture = self.episode.controller.capture_content
-        if not (self._recording and capture and span.is_recording()):
+        c = self.episode.controller
+        if not (self._recording and c.capture_content and span.is_recording()):
             return
-        if input_messages is not None:
-            set_content(span, sc.GEN_AI_INPUT_MESSAGES, input_messages)
-        if output_messages is not None:
-            set_content(span, sc.GEN_AI_OUTPUT_MESSAGES, output_messages)
+        set_turn_content(
+            c.instrumentation,
+            self.episode,
+            span,
+            inputs=input_messages,
+            outputs=output_messages,
+            system=system_instructions,
+            finish_reason=finish_reason,
+            notice=self.notice,
+        )
 
     def add_event(
         self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None

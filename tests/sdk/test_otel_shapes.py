@@ -295,9 +295,12 @@ def test_content_is_opt_in(otel: Any, fake_clock: FakeClock) -> None:
     _run(_controller(otel, fake_clock, capture_content=True))
     chat = next(s for s in otel.spans() if s.attributes.get("budgetmix.turn") == 1)
     sent = json.loads(chat.attributes["gen_ai.input.messages"])
-    assert sent[0] == {"role": "user", "content": "What is 2+3?"}
-    assert sent[-1]["content"].startswith("Budget (v1): turn 1 of 3")
-    assert json.loads(chat.attributes["gen_ai.output.messages"]) == [{"role": "assistant"}]
+    # the GenAI conventions' parts format (tests/sdk/telemetry/test_genai_content.py)
+    assert sent[0] == {"role": "user", "parts": [{"type": "text", "content": "What is 2+3?"}]}
+    assert sent[-1]["parts"][0]["content"].startswith("Budget (v1): turn 1 of 3")
+    assert json.loads(chat.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [], "finish_reason": "stop"}
+    ]
     add = next(s for s in otel.spans() if s.attributes.get("gen_ai.tool.call.id") == "call_a")
     assert add.attributes["gen_ai.tool.call.result"] == "5"
 
