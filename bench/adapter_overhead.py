@@ -412,8 +412,12 @@ def prefix_stability(turns: int = 12) -> list[tuple[str, float, float, str]]:
             shared = common_prefix(prev, cur)
             shares.append(shared / len(prev))
             if prev_notice >= 0:
-                # everything before the object holding the notice (and its separator)
-                boundary = len(prev[: prev.rfind(b"{", 0, prev_notice)].rstrip(b", "))
+                # everything before the object holding the notice (and its separator):
+                # its block, or its message when it is that message's only block
+                start = prev.rfind(b"{", 0, prev_notice)
+                if prev[:start].rstrip(b" ").endswith(b"["):
+                    start = prev.rfind(b"{", 0, start)
+                boundary = len(prev[:start].rstrip(b", "))
                 kept = kept and shared >= boundary
         verdict = "yes" if kept and reqs[0][1] >= 0 else ("n/a" if reqs[0][1] < 0 else "no")
         rows.append((name, statistics.mean(shares), min(shares), verdict))
