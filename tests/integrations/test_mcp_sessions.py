@@ -29,10 +29,12 @@ async def mcp_session(tmp_path: Path) -> AsyncIterator[Any]:
         command=sys.executable, args=[str(SERVER), str(tmp_path / "ran.log")]
     )
     with open(os.devnull, "w") as errlog:  # the server logs tracebacks of failing tools
-        async with stdio_client(params, errlog=errlog) as (read, write):  # noqa: SIM117
-            async with mcp.ClientSession(read, write) as session:  # needs read, write
-                await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            mcp.ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
 
 
 def ran(tmp_path: Path) -> list[str]:
