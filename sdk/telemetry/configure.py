@@ -21,7 +21,9 @@ What it builds:
   one warning with the count of spans never exported;
 * a :class:`RedactingSpanExporter` in front of every exporter, so API keys and
   authorization values never leave the process even when a caller puts them on a span;
-* for ``console`` and ``otlp``, a ``MeterProvider`` exporting to the same place.
+* for ``console`` and ``otlp``, a ``MeterProvider`` exporting to the same place
+  (``metrics=`` or ``OTEL_METRICS_EXPORTER`` choose otherwise; ``OTEL_TRACES_EXPORTER``
+  names the span exporter when the call does not).
 """
 
 from __future__ import annotations
@@ -33,11 +35,18 @@ import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from budgetmix._deps import require
 from budgetmix.exceptions import ConfigError
+from budgetmix.telemetry.exporters import (
+    METRICS_EXPORTER_ENV,
+    TRACES_EXPORTER_ENV,
+    MetricsName,
+    OnceMetricExporter,
+    env_exporter,
+)
 from budgetmix.telemetry.jsonl import JsonlSpanExporter
 from budgetmix.telemetry.processor import (
     DEFAULT_MAX_EXPORT_BATCH_SIZE,
@@ -191,29 +200,47 @@ def _signal_url(endpoint: str, signal: str) -> str | None:
     return urlunsplit(parts._replace(path=path))
 
 
-def _otlp_exporters(
-    endpoint: str | None, headers: Mapping[str, str] | None
-) -> tuple[SpanExporter, MetricExporter | None]:
+def _require_otlp() -> None:
     for signal in ("metric_exporter", "trace_exporter"):
         module = f"opentelemetry.exporter.otlp.proto.http.{signal}"
         require("opentelemetry-exporter-otlp-proto-http", "otlp", module=module)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+
+# With endpoint/headers None the exporters read OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]
+# ENDPOINT/HEADERS/TIMEOUT/COMPRESSION/CERTIFICATE themselves; we add nothing.
+def _otlp_span_exporter(endpoint: str | None, headers: Mapping[str, str] | None) -> SpanExporter:
+    _require_otlp()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    # With endpoint/headers None the exporters read OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]
-    # ENDPOINT/HEADERS/TIMEOUT/COMPRESSION/CERTIFICATE themselves; we add nothing.
     hdrs = dict(headers) if headers is not None else None
     if endpoint is None:
-        return OTLPSpanExporter(headers=hdrs), OTLPMetricExporter(headers=hdrs)
-    traces_url = _signal_url(endpoint, "v1/traces")
-    metrics_url = _signal_url(endpoint, "v1/metrics")
-    metric_exporter = None if metrics_url is None else OTLPMetricExporter(metrics_url, headers=hdrs)
-    return OTLPSpanExporter(traces_url, headers=hdrs), metric_exporter
+        return OTLPSpanExporter(headers=hdrs)
+    return OTLPSpanExporter(_signal_url(endpoint, "v1/traces"), headers=hdrs)
+
+
+def _otlp_metric_exporter(
+    endpoint: str | None, headers: Mapping[str, str] | None
+) -> MetricExporter | None:
+    """The OTLP metric exporter behind :class:`OnceMetricExporter` (None: a custom
+    traces path says nothing about where metrics go)."""
+    _require_otlp()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    hdrs = dict(headers) if headers is not None else None
+    if endpoint is None:
+        inner = OTLPMetricExporter(headers=hdrs)
+    else:
+        url = _signal_url(endpoint, "v1/metrics")
+        if url is None:
+            return None
+        inner = OTLPMetricExporter(url, headers=hdrs)
+    return OnceMetricExporter(inner, str(getattr(inner, "_endpoint", endpoint)))
 
 
 def configure_tracing(
-    exporter: ExporterName = "jsonl",
+    exporter: ExporterName | None = None,
     *,
+    metrics: MetricsName | None = None,
     path: str | Path = "runs/traces.jsonl",
     service_name: str = _DEFAULT_SERVICE_NAME,
     endpoint: str | None = None,
@@ -228,7 +255,13 @@ def configure_tracing(
     Args:
         exporter: ``"jsonl"`` appends spans to ``path``; ``"console"`` prints them;
             ``"otlp"`` posts OTLP/HTTP protobuf to a collector; ``"none"`` exports
-            nothing (spans still get ids, e.g. for log correlation).
+            nothing (spans still get ids, e.g. for log correlation). None (default):
+            ``OTEL_TRACES_EXPORTER`` if set, else ``"jsonl"``.
+        metrics: where metrics go: ``"console"``, ``"otlp"`` or ``"none"``. None
+            (default): ``OTEL_METRICS_EXPORTER`` if set, else with the spans for
+            ``"console"`` and ``"otlp"``, nowhere for ``"jsonl"`` and ``"none"``. An
+            OTLP endpoint that refuses metrics (HTTP 404/405) is reported in one
+            warning and sent no more.
         path: the JSONL file (parents are created).
         service_name: the ``service.name`` resource attribute; ``OTEL_SERVICE_NAME``
             wins over the default, an explicit value wins over it.
@@ -251,15 +284,18 @@ def configure_tracing(
         A :class:`TracingHandle`; its ``shutdown`` also runs at interpreter exit.
 
     Raises:
-        ConfigError: an unknown ``exporter``, a bad size, ``shutdown_timeout_s`` or
-            ``endpoint``, ``endpoint``/``headers`` without ``"otlp"``, or a ``path``
-            that cannot be opened.
+        ConfigError: an unknown ``exporter`` or ``metrics`` (or such a value of
+            ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER``), a bad size,
+            ``shutdown_timeout_s`` or ``endpoint``, ``endpoint``/``headers`` with
+            neither signal on ``"otlp"``, or a ``path`` that cannot be opened.
         MissingExtraError: ``"otlp"`` without the ``otlp`` extra.
     """
-    _check_arguments(exporter, endpoint, headers, max_queue_size, max_export_batch_size)
+    exporter, metrics = _chosen(exporter, metrics)
+    _check_arguments(exporter, metrics, endpoint, headers, max_queue_size, max_export_batch_size)
     check_timeout("shutdown_timeout_s", shutdown_timeout_s)
     resource = _resource(service_name)
-    span_exporter, metric_exporter = _exporters(exporter, path, endpoint, headers)
+    span_exporter = _span_exporter(exporter, path, endpoint, headers)
+    metric_exporter = _metric_exporter(metrics, endpoint, headers)
     processor = None
     if span_exporter is not None:
         processor = CountingBatchSpanProcessor(
@@ -272,17 +308,33 @@ def configure_tracing(
     return TracingHandle(provider, processor, meter_provider, is_global, shutdown_timeout_s)
 
 
+def _chosen(exporter: str | None, metrics: str | None) -> tuple[ExporterName, MetricsName]:
+    """The span and metric exporters: the arguments, else the OTEL_*_EXPORTER variables,
+    else the defaults (jsonl spans; metrics with console or otlp spans)."""
+    if exporter is None:
+        exporter = env_exporter(TRACES_EXPORTER_ENV, get_args(ExporterName)) or "jsonl"
+    if exporter not in get_args(ExporterName):
+        raise ConfigError(f"exporter: expected one of {get_args(ExporterName)}, got {exporter!r}")
+    if metrics is None:
+        metrics = env_exporter(METRICS_EXPORTER_ENV, get_args(MetricsName))
+    if metrics is None:
+        metrics = exporter if exporter in ("console", "otlp") else "none"
+    if metrics not in get_args(MetricsName):
+        raise ConfigError(f"metrics: expected one of {get_args(MetricsName)}, got {metrics!r}")
+    return cast(ExporterName, exporter), cast(MetricsName, metrics)
+
+
 def _check_arguments(
     exporter: str,
+    metrics: str,
     endpoint: str | None,
     headers: Mapping[str, str] | None,
     max_queue_size: int,
     max_export_batch_size: int,
 ) -> None:
-    """Raise ConfigError for an unknown exporter, OTLP settings without it, or bad sizes."""
-    if exporter not in get_args(ExporterName):
-        raise ConfigError(f"exporter: expected one of {get_args(ExporterName)}, got {exporter!r}")
-    if exporter != "otlp" and (endpoint is not None or headers is not None):
+    """Raise ConfigError for OTLP settings without OTLP, or bad sizes."""
+    otlp = "otlp" in (exporter, metrics)
+    if not otlp and (endpoint is not None or headers is not None):
         raise ConfigError("endpoint: endpoint and headers apply only to exporter='otlp'")
     check_sizes(max_queue_size, max_export_batch_size)
 
@@ -294,20 +346,31 @@ def _resource(service_name: str) -> Resource:
     return Resource.create({SERVICE_NAME: service_name})
 
 
-def _exporters(
+def _span_exporter(
     exporter: ExporterName,
     path: str | Path,
     endpoint: str | None,
     headers: Mapping[str, str] | None,
-) -> tuple[SpanExporter | None, MetricExporter | None]:
-    """The span and metric exporters ``exporter`` names (None where it exports nothing)."""
+) -> SpanExporter | None:
+    """The span exporter ``exporter`` names (None for ``none``)."""
     if exporter == "jsonl":
-        return JsonlSpanExporter(path), None
+        return JsonlSpanExporter(path)
     if exporter == "console":
-        return ConsoleSpanExporter(), ConsoleMetricExporter()
+        return ConsoleSpanExporter()
     if exporter == "otlp":
-        return _otlp_exporters(endpoint, headers)
-    return None, None
+        return _otlp_span_exporter(endpoint, headers)
+    return None
+
+
+def _metric_exporter(
+    metrics: MetricsName, endpoint: str | None, headers: Mapping[str, str] | None
+) -> MetricExporter | None:
+    """The metric exporter ``metrics`` names (None for ``none``)."""
+    if metrics == "console":
+        return ConsoleMetricExporter()
+    if metrics == "otlp":
+        return _otlp_metric_exporter(endpoint, headers)
+    return None
 
 
 def _providers(

@@ -142,6 +142,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path not in _SIGNAL_PATHS:
             self._reply(404)
             return
+        if path == "/v1/metrics" and self.server.receiver.metrics_status != 200:
+            self.server.receiver.refused += 1
+            self._reply(self.server.receiver.metrics_status)  # a backend without metrics
+            return
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         encoding = (self.headers.get("Content-Encoding") or "identity").lower()
         try:
@@ -165,15 +169,21 @@ class _Handler(BaseHTTPRequestHandler):
 class OTLPReceiver:
     """OTLP/HTTP receiver on ``host`` (loopback) and a free port, served from a thread.
 
-    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. With
+    ``metrics_status`` (e.g. 405) it answers ``/v1/metrics`` with that status, as a
+    backend without a metrics endpoint does, and counts the refusals in ``refused``.
 
     Raises:
         MissingExtraError: on construction, when ``opentelemetry-proto`` is missing.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, metrics_status: int = 200
+    ) -> None:
         require("opentelemetry-proto", "otlp", module=_TRACE_SERVICE)
         self._host, self._port = host, port
+        self.metrics_status = metrics_status
+        self.refused = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()

@@ -152,4 +152,7 @@ def test_the_episode_span_is_not_marked_failed() -> None:
     (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
     assert span.attributes is not None
     assert span.attributes["budgetmix.status"] == "budget_exhausted"
-    assert span.status.status_code is not StatusCode.ERROR
+    # issue 20: an episode that did not succeed is an ERROR span a status filter finds;
+    # its error.type is the budget's outcome, not the framework's wrapping exception
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "budget_exhausted"
