@@ -246,11 +246,16 @@ class SocketGuard:
     """A resource whose ``connect*`` methods (WebSocket sessions, which no transport
     sees) are refused inside an episode; the rest, and sub-resources, are the SDK's."""
 
-    def __init__(self, resource: Any, owner: ClientWrapper, path: str) -> None:
-        self._resource, self._owner, self._path = resource, owner, path
+    def __init__(self, parent: Any, owner: ClientWrapper, path: str) -> None:
+        # the resource is looked up on first use: the SDK imports its types then (the
+        # realtime and beta ones take seconds)
+        self._parent, self._owner, self._path = parent, owner, path
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self._resource, name)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        resource = getattr(self._parent, self._path.rsplit(".", 1)[-1])
+        value = getattr(resource, name)
         path = f"{self._path}.{name}"
         if name.startswith("connect") and callable(value):
             target = self._owner._target
@@ -261,5 +266,7 @@ class SocketGuard:
 
             return connect
         if hasattr(value, "_client") and not callable(value):  # a sub-resource
-            return SocketGuard(value, self._owner, path)
+            return SocketGuard(
+                getattr(self._parent, self._path.rsplit(".", 1)[-1]), self._owner, path
+            )
         return value

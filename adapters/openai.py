@@ -60,6 +60,7 @@ for :func:`budgetmix.adapters.run_agent` (the loop charges turns itself).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -131,15 +132,21 @@ class _Wrapper(GuardedWrapper):
             completions=ep_cls(self, "chat", guarded.chat.completions, raw.chat.completions),
         )
         self.responses = self._responses_cls(self, "responses", guarded.responses, raw.responses)
-        # beta.chat is the SDK's chat resource again: the same budgeted endpoint
-        self.beta = _Namespace(
+        self.realtime = SocketGuard(guarded, self, "realtime")
+        self.live = SocketGuard(guarded, self, "live")
+
+    @functools.cached_property
+    def beta(self) -> Any:
+        """``client.beta``: ``beta.chat`` is the SDK's chat resource again, so the same
+        budgeted endpoint; its WebSocket sessions are refused inside an episode. (Looked
+        up on first use, as the SDK imports its types then.)"""
+        guarded = self._guarded
+        return _Namespace(
             guarded.beta,
             chat=self.chat,
-            realtime=SocketGuard(guarded.beta.realtime, self, "beta.realtime"),
-            responses=SocketGuard(guarded.beta.responses, self, "beta.responses"),
+            realtime=SocketGuard(guarded.beta, self, "beta.realtime"),
+            responses=SocketGuard(guarded.beta, self, "beta.responses"),
         )
-        self.realtime = SocketGuard(guarded.realtime, self, "realtime")
-        self.live = SocketGuard(guarded.live, self, "live")
 
 
 class BudgetedOpenAI(_Wrapper):
