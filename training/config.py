@@ -53,7 +53,9 @@ _INT_MIN: dict[str, int] = {
 _POSITIVE_FLOAT = ("lr", "sft_lr", "temperature", "clip_eps", "max_grad_norm")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm": ("grpo", "rloo"),
-    "group_budgets": ("shared", "mixed"),
+    "group_budgets": ("shared", "mixed", "stratified"),
+    "lr_decay": ("none", "linear"),
+    "zero_variance": ("keep", "skip"),
     "arch": ("llama", "qwen2"),
     "token_check": ("off", "report", "strict"),
     "dtype": ("float32", "bfloat16", "float16"),
@@ -101,6 +103,9 @@ class TrainConfig:
     sft_lr: float = 3e-3
     weight_decay: float = 0.0
     warmup_steps: int = 0
+    lr_decay: str = "none"
+    zero_variance: str = "keep"
+    token_budget: int | None = None
     max_grad_norm: float = 1.0
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
@@ -144,6 +149,8 @@ class TrainConfig:
         if self.eval_budgets is not None:
             budgets = check_ints("TrainConfig.eval_budgets", tuple(self.eval_budgets), minimum=1)
             object.__setattr__(self, "eval_budgets", budgets)
+        if self.token_budget is not None:
+            check_int("TrainConfig.token_budget", self.token_budget, minimum=1)
         if self.max_new_tokens >= self.max_total_tokens:
             raise ConfigError("TrainConfig.max_new_tokens must be below max_total_tokens")
 

@@ -27,6 +27,7 @@ from budgetmix.environment import Task
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.progress import ProgressLine
+from budgetmix.training import rl_groups
 from budgetmix.training.algorithms import (
     group_advantages,
     policy_loss,
@@ -100,6 +101,7 @@ class Trainer:
         self.ref_model: Any = None
         self.ref_sha256: str | None = None
         self.step = 0
+        self.rl_tokens = 0  # sampled in RL so far (the token_budget stopping rule)
         self.log = MetricsLog(self.out / "metrics.jsonl")
 
     # -- plumbing ------------------------------------------------------------------
@@ -122,9 +124,8 @@ class Trainer:
     def _task(self, seed: int) -> Task:
         return self.env.make_tasks([seed], self.config.env_kwargs)[0]
 
-    def _set_lr(self, base: float, phase_step: int) -> float:
-        warm = self.config.warmup_steps
-        lr = base * min(1.0, (phase_step + 1) / warm) if warm else base
+    def _set_lr(self, base: float, phase_step: int, rl: bool = False) -> float:
+        lr = rl_groups.scheduled_lr(self.config, base, phase_step, self.rl_tokens if rl else None)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
@@ -145,9 +146,6 @@ class Trainer:
             batch_size=self.config.rollout_batch_size,
             generator=self.sample_gen,
         )
-
-    def _draw(self) -> BudgetDraw:
-        return self.sampler.sample(self.rng)
 
     # -- checkpoints -----------------------------------------------------------------
     def save(self) -> None:
@@ -199,6 +197,7 @@ class Trainer:
         self.sample_gen.set_state(state.tensors[key])
         self.step = state.step
         self.log.truncate_after(self.step - 1)
+        self.rl_tokens = rl_groups.rl_tokens_logged(self.log.read())
         if self.step > self.config.sft_steps and self.config.kl_coef > 0:
             self._load_reference(state.scalars.get("reference_sha256"))
         return ckpt
@@ -271,7 +270,7 @@ class Trainer:
         specs = [
             EpisodeSpec(
                 task=self._task(self.rng.randrange(cfg.num_train_seeds)),
-                budget=self._draw(),
+                budget=self.sampler.sample(self.rng),
                 group=i,
             )
             for i in range(cfg.sft_batch)
@@ -296,17 +295,8 @@ class Trainer:
         }
 
     def _rl_specs(self) -> list[EpisodeSpec]:
-        """``groups_per_step`` groups of ``group_size`` episodes: one task (seed) per group,
-        one budget per group (``"shared"``) or per episode (``"mixed"``)."""
-        cfg = self.config
-        specs: list[EpisodeSpec] = []
-        for g in range(cfg.groups_per_step):
-            task = self._task(self.rng.randrange(cfg.num_train_seeds))
-            shared = self._draw()
-            for _ in range(cfg.group_size):
-                budget = shared if cfg.group_budgets == "shared" else self._draw()
-                specs.append(EpisodeSpec(task=task, budget=budget, group=g))
-        return specs
+        """One step's groups, one task each, budgets per ``group_budgets`` (rl_groups)."""
+        return rl_groups.group_specs(self.config, self._task, self.sampler, self.rng)
 
     def rl_step(self) -> dict[str, Any]:
         """One GRPO/RLOO step: rollouts under drawn budgets, advantages, clipped updates."""
@@ -315,15 +305,32 @@ class Trainer:
             self.optimizer.state.clear()  # SFT moments do not belong to the RL objective
             if cfg.kl_coef > 0:
                 self._snapshot_reference()
-        lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps)
+        lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps, rl=True)
         t0 = time.perf_counter()
         rollouts = run_rollouts(
             self._local(self._rl_specs()), self._model_generator(), self.codec, self.settings
         )
         t_rollout = time.perf_counter() - t0
+        summary = summarize(self._gather([summary_of(r) for r in rollouts]))
+        self.rl_tokens += int(summary["sampled_tokens"])
+        rollouts, keys = rl_groups.select_for_update(rollouts, cfg, self.world, summary)
+        if not rollouts:  # every set had equal rewards: nothing to learn from, no update
+            return {"phase": "rl", "lr": lr, **summary, "skipped_update": 1}
+        return {
+            "phase": "rl",
+            "lr": lr,
+            **self._rl_update(rollouts, keys),
+            **summary,
+            "time_rollout_s": t_rollout,
+            "time_rollout_tokens_per_s": summary["sampled_tokens"] / max(t_rollout, 1e-9),
+        }
+
+    def _rl_update(self, rollouts: list[Rollout], keys: list[int]) -> dict[str, float]:
+        """Advantages over the baseline sets ``keys``, then ``ppo_epochs`` clipped updates."""
+        cfg, t1 = self.config, time.perf_counter()
         adv = group_advantages(
             [r.reward for r in rollouts],
-            [r.group for r in rollouts],
+            keys,
             estimator="rloo" if cfg.algorithm == "rloo" else "grpo",
             scale_rewards=cfg.scale_rewards,
         )
@@ -352,21 +359,10 @@ class Trainer:
             )
             return out.loss, {"kl": out.kl, "clip_fraction": out.clip_fraction}
 
-        t1 = time.perf_counter()
         stats: dict[str, float] = {}
         for _ in range(cfg.ppo_epochs):
             stats = self._update(rollouts, loss_fn)
-        t_update = time.perf_counter() - t1
-        summary = summarize(self._gather([summary_of(r) for r in rollouts]))
-        return {
-            "phase": "rl",
-            "lr": lr,
-            **stats,
-            **summary,
-            "time_rollout_s": t_rollout,
-            "time_update_s": t_update,
-            "time_rollout_tokens_per_s": summary["sampled_tokens"] / max(t_rollout, 1e-9),
-        }
+        return {**stats, "time_update_s": time.perf_counter() - t1}
 
     @torch.no_grad()
     def _frozen_logprobs(self, rollouts: list[Rollout], model: Any) -> torch.Tensor:
@@ -394,7 +390,8 @@ class Trainer:
         with Progress(disable=not watched) as bar:
             task = bar.add_task("train", total=total, completed=self.step)
             while self.step < total:
-                if stop_after is not None and self.step >= stop_after:
+                total = self.step if 0 < (cfg.token_budget or 0) <= self.rl_tokens else total
+                if (stop_after is not None and self.step >= stop_after) or self.step >= total:
                     break
                 record = self.sft_step() if self.step < cfg.sft_steps else self.rl_step()
                 record = {"step": self.step, **record}
