@@ -21,6 +21,7 @@ from budgetmix.adapters._openai_helpers import (
     HelperStreamManager,
     RawResponses,
     RecordingRawResponse,
+    afinish_raw,
 )
 from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 from budgetmix.adapters._turn import TurnRequest
@@ -191,7 +192,7 @@ class AsyncEndpoint(Endpoint):
         if req is None:
             return await getattr(self._sdk.with_raw_response, name)(**kwargs)
         raw = await self._send(req, getattr(self._raw.with_raw_response, name))
-        return self._finish_raw(req, raw, is_async=True)
+        return await afinish_raw(self, req, raw)
 
 
 class ClientWrapper:

@@ -11,11 +11,13 @@ fails loudly before sending instead of running without a budget.
 
 ``with_raw_response`` returns the SDK's raw response wrapper (headers, status);
 usage is read by parsing it once (``parse()`` caches, so the caller's own
-``parse()`` is free); a streamed raw response parses to a recording stream.
+``parse()`` is free; awaited where it is a coroutine, as on Anthropic's async client);
+a streamed raw response parses to a recording stream.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,13 +25,16 @@ from budgetmix.adapters._streams import AsyncRecordingStream, RecordingStream
 
 if TYPE_CHECKING:
     from budgetmix.adapters._endpoints import Endpoint
+    from budgetmix.adapters._turn import TurnRequest
 
 __all__ = [
     "AsyncRawResponses",
+    "AsyncRecordingRawResponse",
     "HelperResource",
     "HelperStreamManager",
     "RawResponses",
     "RecordingRawResponse",
+    "afinish_raw",
 ]
 
 
@@ -94,6 +99,34 @@ class RecordingRawResponse:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class AsyncRecordingRawResponse(RecordingRawResponse):
+    """:class:`RecordingRawResponse` over an SDK raw response whose ``parse()`` is a
+    coroutine (Anthropic's async ``with_raw_response``)."""
+
+    async def parse(self, **kwargs: Any) -> Any:  # type: ignore[override]
+        if kwargs:
+            return await self._inner.parse(**kwargs)
+        if self._stream is None:
+            self._stream = self._wrap(await self._inner.parse())
+        return self._stream
+
+
+async def afinish_raw(endpoint: Endpoint, req: TurnRequest, raw: Any) -> Any:
+    """An async endpoint's raw response, recorded on ``req``: usage read by awaiting
+    ``parse()`` once when it is a coroutine (the SDK caches it, so the caller's own is
+    free); a streamed one records as it is read."""
+    if not inspect.iscoroutinefunction(getattr(raw, "parse", None)):
+        return endpoint._finish_raw(req, raw, is_async=True)
+    if req.stream:
+        return AsyncRecordingRawResponse(raw, lambda s: endpoint._finish(req, s, is_async=True))
+    try:
+        parsed = await raw.parse()
+    except Exception as exc:  # recorded as inside the turn's call, where create() parses
+        raise req.turn.failed(exc) from exc
+    endpoint._finish(req, parsed, is_async=True)
+    return raw
 
 
 class RawResponses:

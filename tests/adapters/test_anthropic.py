@@ -194,3 +194,32 @@ async def test_async_with_streaming_response_is_budgeted() -> None:
         used = dict(ep.state.used)
     assert any("message_stop" in line for line in lines)
     assert used["turns"] == 1 and used["input_tokens"] == 6 and rig.net.count == 1
+
+
+async def test_async_parse_and_with_raw_response_are_budgeted() -> None:
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        value: int
+
+    rig = make_rig(
+        [
+            Reply.say('{"value": 3}', input_tokens=11),
+            Reply.say("raw", input_tokens=13),
+            Reply.say("streamed", input_tokens=5),
+        ]
+    )
+    client = budgeted(rig.anthropic(is_async=True), rig.controller)
+    kw: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 64, "messages": USER}
+    async with rig.controller.episode() as ep:
+        parsed = await client.messages.parse(**kw, output_format=Answer)
+        raw = await client.messages.with_raw_response.create(**kw)
+        assert ep.state.used["input_tokens"] == 24  # recorded before the caller parses
+        raw_stream = await client.messages.with_raw_response.create(**kw, stream=True)
+        events = [e.type async for e in await raw_stream.parse()]
+        assert await raw_stream.parse() is await raw_stream.parse()
+    assert parsed.parsed_output == Answer(value=3)
+    assert (await raw.parse()).content[0].text == "raw"
+    assert events[-1] == "message_stop"
+    assert ep.state.used["turns"] == 3 and ep.state.used["input_tokens"] == 29
+    assert all("Budget (v1)" in json.dumps(r.json["messages"]) for r in rig.fake.requests)

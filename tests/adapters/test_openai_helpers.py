@@ -202,3 +202,17 @@ async def test_async_with_streaming_response_is_budgeted() -> None:
     assert reply.choices[0].message.content == "whole" and "data: [DONE]" in lines
     assert used["turns"] == 2 and used["input_tokens"] == 11
     assert sent(rig, 1)[-1]["content"].startswith("Budget (v1): turn 2 of 5")
+
+
+async def test_responses_raw_and_async_parse() -> None:
+    rig = make_rig([Reply.say("raw", input_tokens=7), Reply.say('{"value": 3}')])
+    sync_client = budgeted(rig.openai(), rig.controller)
+    client = budgeted(rig.openai(is_async=True), rig.controller)
+    async with rig.controller.episode() as ep:
+        raw = sync_client.responses.with_raw_response.create(model="gpt-4o", input="hi")
+        assert ep.state.used["input_tokens"] == 7  # recorded before the caller parses
+        parsed = await client.responses.parse(model="gpt-4o", input="1+2?", text_format=Answer)
+    assert raw.parse().output_text == "raw" and raw.headers["content-type"]
+    assert parsed.output_parsed == Answer(value=3)
+    assert ep.state.used["turns"] == 2
+    assert sent(rig, 1)[-1]["content"].startswith("Budget (v1): turn 2 of 5")
