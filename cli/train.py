@@ -6,7 +6,7 @@ Examples::
     budgetmix train --config run.toml --set steps=50 --set group_budgets='"mixed"'
     budgetmix train --preset frozenlake-tiny --output-dir runs/fl --resume
     budgetmix train --env mypkg.envs:MyEnv --sft-data episodes.jsonl --set steps=10
-    accelerate launch --num_processes 2 -m budgetmix.cli train --preset echo-tiny
+    accelerate launch --multi_gpu --num_processes 2 -m budgetmix.cli train --preset echo-tiny
 """
 
 from __future__ import annotations
@@ -167,9 +167,11 @@ def parse_train_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bo
 
 
 def _train(config: TrainConfig, resume: bool) -> int:
+    from budgetmix.training.distributed import prepare_launch
     from budgetmix.training.trainer import train
 
     try:
+        prepare_launch()  # before the first Accelerator: N CPU ranks join one gloo group
         result = train(config, resume=resume)
     except BudgetmixError as exc:
         why = str(exc)

@@ -32,7 +32,8 @@ DOC = ROOT / "docs" / "training.md"
 #: without SFT stays without.
 SMALL = ["--set", "steps=1", "--set", "groups_per_step=2", "--set", "group_size=2"]
 SMALL_SFT = ["--set", "sft_steps=4", "--set", "sft_batch=4"]
-ACCELERATE = ["--cpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+ACCELERATE = ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+ACCELERATE += ["--main_process_port", "0"]  # a free port: other runs may hold 29500
 
 
 def doc_blocks(text: str) -> list[tuple[str, str]]:
