@@ -86,7 +86,9 @@ class TrainConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     dtype: str = "float32"
-    lora: bool = False
+    # LoRA: true (rank lora_rank, attention projections), peft.LoraConfig kwargs, or a
+    # LoraConfig (stored as its kwargs); see budgetmix.training.lora
+    lora: bool | Mapping[str, Any] = False
     lora_rank: int = 8
     # schedule
     seed: int = 0
@@ -142,6 +144,12 @@ class TrainConfig:
         self._check_env()
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         object.__setattr__(self, "sampler", dict(self.sampler))
+        if self.lora is not False:
+            from budgetmix.training.lora import check_foldable, lora_settings
+
+            object.__setattr__(self, "lora", lora_settings(self.lora))
+            if self.sft_steps and self.steps and self.kl_coef > 0:
+                check_foldable(self.lora)
         try:
             self.budget_sampler()
         except ConfigError as exc:

@@ -119,23 +119,31 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
     return model, tokenizer
 
 
-def apply_lora(model: Any, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0) -> Any:
-    """Wrap ``model`` with LoRA adapters on its attention projections (peft).
+def apply_lora(
+    model: Any, config: Any = None, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0
+) -> Any:
+    """Wrap ``model`` with a peft LoRA adapter: ``config`` (a ``peft.LoraConfig``: its target
+    modules, rank, alpha, dropout...) or, without one, rank ``rank`` / ``alpha`` /
+    ``dropout`` on the attention projections.
 
     Raises:
+        ConfigError: peft cannot apply ``config`` to this model.
         MissingExtraError: peft is not installed.
     """
-    require("peft", "train")
-    from peft import LoraConfig, get_peft_model
+    from budgetmix.training import lora
 
-    cfg = LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, cfg)
+    if config is None:
+        require("peft", "train")
+        from peft import LoraConfig
+
+        config = LoraConfig(
+            r=rank,
+            lora_alpha=alpha,
+            lora_dropout=dropout,
+            target_modules=list(lora.DEFAULT_TARGETS),
+            task_type="CAUSAL_LM",
+        )
+    return lora.apply_lora(model, config)
 
 
 def build_policy(config: TrainConfig) -> tuple[Any, Any]:
@@ -155,6 +163,12 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
             max_positions=max(2048, config.max_total_tokens),
         )
         model = build_tiny_model(spec, tokenizer, seed=config.seed)
-    if config.lora:
-        model = apply_lora(model, rank=config.lora_rank, alpha=2 * config.lora_rank)
+    if config.lora is not False:
+        import torch
+        from budgetmix.training.lora import lora_config
+
+        # the adapter's initial A matrices are random: seeded, so runs repeat
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = apply_lora(model, lora_config(config.lora, rank=config.lora_rank))
     return model, tokenizer

@@ -100,6 +100,8 @@ class Trainer:
         )
         self.ref_model: Any = None
         self.ref_sha256: str | None = None
+        # LoRA: the KL reference is the policy with its adapter disabled (no copy)
+        self.ref_is_base = False
         self.step = 0
         self.rl_tokens = 0  # sampled in RL so far (the token_budget stopping rule)
         self.log = MetricsLog(self.out / "metrics.jsonl")
@@ -203,6 +205,15 @@ class Trainer:
         return ckpt
 
     def _snapshot_reference(self) -> None:
+        """Fix the KL reference at the policy after SFT: with LoRA, fold the SFT adapter
+        into the base (the reference is then the adapter disabled); else a frozen copy."""
+        if self.config.lora is not False:
+            from budgetmix.training.lora import fold_adapter
+
+            if self.config.sft_steps:
+                fold_adapter(self.policy)
+            self.ref_is_base = True
+            return
         import copy
 
         from budgetmix.manifest import file_sha256, replace_file
@@ -217,7 +228,11 @@ class Trainer:
             replace_file(staged, self.out / "reference.safetensors")
 
     def _load_reference(self, sha256: Any) -> None:
-        """Load the KL reference, verified against the checksum its checkpoint recorded."""
+        """Load the KL reference, verified against the checksum its checkpoint recorded (with
+        LoRA the checkpoint's base weights are the reference: nothing to load)."""
+        if self.config.lora is not False:
+            self.ref_is_base = True
+            return
         import copy
 
         from budgetmix.manifest import file_sha256
@@ -339,9 +354,7 @@ class Trainer:
         # are the current ones (detached) and a second forward pass would be wasted.
         on_policy = cfg.ppo_epochs == 1 and len(rollouts) <= cfg.minibatch_size
         old = None if on_policy else self._frozen_logprobs(rollouts, self.policy)
-        ref = (
-            self._frozen_logprobs(rollouts, self.ref_model) if self.ref_model is not None else None
-        )
+        ref = self._reference_logprobs(rollouts)
 
         def loss_fn(chunk: list[Rollout], batch: Any, logp: torch.Tensor, start: int) -> Any:
             dev = logp.device
@@ -363,6 +376,15 @@ class Trainer:
         for _ in range(cfg.ppo_epochs):
             stats = self._update(rollouts, loss_fn)
         return {**stats, "time_update_s": time.perf_counter() - t1}
+
+    def _reference_logprobs(self, rollouts: list[Rollout]) -> torch.Tensor | None:
+        """Log-probs under the KL reference (``None`` without one)."""
+        if self.ref_is_base:
+            from budgetmix.training.lora import adapter_disabled
+
+            with adapter_disabled(self.policy) as base:
+                return self._frozen_logprobs(rollouts, base)
+        return None if self.ref_model is None else self._frozen_logprobs(rollouts, self.ref_model)
 
     @torch.no_grad()
     def _frozen_logprobs(self, rollouts: list[Rollout], model: Any) -> torch.Tensor:
@@ -426,12 +448,14 @@ class Trainer:
         d = self.out / "final"
         staged = stage_directory(d)
         policy = self.policy
-        if self.config.lora:
+        if self.config.lora is not False:
             # ship a whole model that from_pretrained (and load_pretrained) can open; the
-            # adapter alone goes next to it, for users who keep base and adapter apart
+            # adapter alone goes next to it, for users who keep base and adapter apart, unless
+            # the SFT adapter was folded into the base (then it would not fit their base)
             import copy
 
-            policy.save_pretrained(str(staged / "adapter"), safe_serialization=True)
+            if not (self.ref_is_base and self.config.sft_steps):
+                policy.save_pretrained(str(staged / "adapter"), safe_serialization=True)
             policy = copy.deepcopy(policy).merge_and_unload()
         policy.save_pretrained(str(staged), safe_serialization=True)
         self.tokenizer.save_pretrained(str(staged))
