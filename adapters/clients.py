@@ -10,7 +10,11 @@
 
 What a wrapped client budgets is described in :mod:`budgetmix.adapters.openai` and
 :mod:`budgetmix.adapters.anthropic`; both build on one budgeted endpoint
-(:mod:`budgetmix.adapters._endpoints`).
+(:mod:`budgetmix.adapters._endpoints`). No request path of a wrapped client skips the
+budget: whatever else reaches a model endpoint (the SDK's low-level ``post``, which
+LiteLLM sends through, ``with_streaming_response``, ``beta.*``) is budgeted at the HTTP
+layer, and what no wire format here reads (legacy completions, WebSocket sessions) is
+refused inside an episode (:mod:`budgetmix.adapters._gate`).
 """
 
 from __future__ import annotations
@@ -98,6 +102,8 @@ def budgeted(
     Raises:
         MissingExtraError: ``client`` is no Anthropic client and ``openai`` is not
             installed.
+        ConfigError: the client's HTTP client (``client._client``) is neither an
+            ``httpx`` nor an ``httpx2`` client.
     """
     cls: type[ClientWrapper]
     sdk = sys.modules.get("anthropic")  # a client of a loaded SDK; never import one here
