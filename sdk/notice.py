@@ -16,6 +16,9 @@ and the like. Format ``v1-compact`` carries the turn facts only, in fewer bytes
 (``[budget v1c] turn 3/10, 8 left``), for small models trained from scratch.
 Format ``v1-remaining-only`` states only what is left (``Budget (v1r): 8 turns
 left including this one.``), for ablations of whether the total matters.
+Format ``v1-compact-masked`` is ``v1-compact`` with every number masked
+(``[budget v1c] turn #/#, # left``, on the final turn too): the control arm of
+the experiment, which sees a notice but cannot read its budget.
 
 Where the notice goes is a policy too, :data:`NoticePlacement` (see docs/layout.md):
 
@@ -107,6 +110,10 @@ def _render_v1_compact(state: LedgerState) -> str:
     return f"[budget v1c] turn {n}/{total}, {left} left"
 
 
+def _render_v1_compact_masked(state: LedgerState) -> str:
+    return "[budget v1c] turn #/#, # left"
+
+
 def _render_v1_remaining_only(state: LedgerState) -> str:
     if state.turns_remaining <= 1:
         return "Budget (v1r): the final turn."
@@ -117,6 +124,7 @@ def _render_v1_remaining_only(state: LedgerState) -> str:
 NOTICE_FORMATS: dict[str, Callable[[LedgerState], str]] = {
     "v1": _render_v1,
     "v1-compact": _render_v1_compact,
+    "v1-compact-masked": _render_v1_compact_masked,
     "v1-remaining-only": _render_v1_remaining_only,
 }
 

@@ -116,3 +116,11 @@ def test_refuses_a_state_where_the_budget_does_not_matter() -> None:
         )
     with pytest.raises(ConfigError, match="budgets"):
         start_points(tasks, [0])
+
+
+def test_the_masked_notice_keeps_the_text_and_hides_every_number() -> None:
+    for budget in (1, 4, 12):
+        (point,) = start_points(_tasks(1), [budget], notice_format="v1-compact-masked")
+        notice = point.messages[-1]["content"].rsplit("\n", 1)[-1]
+        assert notice == "[budget v1c] turn #/#, # left"
+        assert not any(ch.isdigit() for ch in notice)
