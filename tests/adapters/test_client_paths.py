@@ -271,3 +271,11 @@ def test_a_copy_made_from_the_wrappers_http_client_is_charged_once() -> None:
     assert rig.net.count == 2
     assert [n.split(",")[0] for n in notices(rig)] == [NOTICE.format(n=i) for i in (1, 2)]
     assert all(n.count("Budget (v1)") == 1 for n in notices(rig))
+
+
+def test_a_client_without_an_httpx_client_is_refused_at_wrapping() -> None:
+    rig = make_rig()
+    client = rig.openai()
+    client._client = object()  # what no SDK of this generation builds
+    with pytest.raises(ConfigError, match=r"client._client: expected an httpx or httpx2 client"):
+        budgeted(client, rig.controller)
