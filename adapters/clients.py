@@ -102,8 +102,6 @@ def budgeted(
     Raises:
         MissingExtraError: ``client`` is no Anthropic client and ``openai`` is not
             installed.
-        ConfigError: the client's HTTP client (``client._client``) is neither an
-            ``httpx`` nor an ``httpx2`` client.
     """
     cls: type[ClientWrapper]
     sdk = sys.modules.get("anthropic")  # a client of a loaded SDK; never import one here

@@ -273,9 +273,10 @@ def test_a_copy_made_from_the_wrappers_http_client_is_charged_once() -> None:
     assert all(n.count("Budget (v1)") == 1 for n in notices(rig))
 
 
-def test_a_client_without_an_httpx_client_is_refused_at_wrapping() -> None:
-    rig = make_rig()
-    client = rig.openai()
-    client._client = object()  # what no SDK of this generation builds
+def test_a_client_without_an_httpx_client_cannot_be_guarded() -> None:
+    from budgetmix.adapters._gate import guarded_client
+
+    client = make_rig().openai()
+    client._client = object()  # what no SDK of this generation builds (its copy refuses it)
     with pytest.raises(ConfigError, match=r"client._client: expected an httpx or httpx2 client"):
-        budgeted(client, rig.controller)
+        guarded_client(client, None, pricing=None, sleep=None)
