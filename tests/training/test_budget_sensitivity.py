@@ -123,4 +123,4 @@ def test_the_masked_notice_keeps_the_text_and_hides_every_number() -> None:
         (point,) = start_points(_tasks(1), [budget], notice_format="v1-compact-masked")
         notice = point.messages[-1]["content"].rsplit("\n", 1)[-1]
         assert notice == "[budget v1c] turn #/#, # left"
-        assert not any(ch.isdigit() for ch in notice)
+        assert not any(ch.isdigit() for ch in notice.replace("v1c", ""))  # the format id stays
