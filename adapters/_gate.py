@@ -10,7 +10,7 @@ hands a request to a model endpoint (``POST .../chat/completions``, ``.../respon
 charged before anything is sent, the notice injected, transient failures retried under
 the controller's policy, usage and mistakes read from the JSON or event stream, spans
 written. A request to a model endpoint no wire format reads (the legacy text
-``.../completions`` and ``.../complete``) is refused with
+``.../completions`` and ``.../complete``, ``.../responses/compact``) is refused with
 :class:`~budgetmix.ConfigError` naming the path. Any other request, and every request
 outside an episode, is sent as it came by the client's own HTTP client (its transport,
 proxies and hooks).
@@ -48,8 +48,12 @@ __all__ = [
 ]
 
 # model endpoints without a wire format here: sending them inside an episode would skip
-# the budget
-_UNREAD_MODEL_PATHS = ("/completions", "/complete")
+# the budget (legacy text completions; a Responses compaction, which runs a model)
+_UNREAD_MODEL_PATHS = {
+    "/completions": "a legacy text completion",
+    "/complete": "a legacy text completion",
+    "/responses/compact": "a Responses compaction, which runs a model",
+}
 #: What to use instead of a WebSocket session inside an episode.
 HTTP_INSTEAD = "the HTTP endpoints (create, stream, with_streaming_response)"
 
@@ -77,10 +81,11 @@ class _Gate:
         path = request.url.path.rstrip("/")
         if wire_kind(request.method, path) is not None:
             return resolve_episode(self._target) is not None
-        if request.method.upper() == "POST" and path.endswith(_UNREAD_MODEL_PATHS):
+        unread = next((w for p, w in _UNREAD_MODEL_PATHS.items() if path.endswith(p)), None)
+        if unread is not None and request.method.upper() == "POST":
             refuse_in_episode(
                 self._target,
-                f"POST {path} (a legacy text completion)",
+                f"POST {path} ({unread})",
                 "chat.completions.create or responses.create",
             )
         return False

@@ -40,8 +40,9 @@ budgeted at the HTTP layer with the same turn, notice, retries, usage and spans:
 ``with_streaming_response`` (usage read from the body as you read it), the SDK's
 low-level ``post`` / ``request`` (LiteLLM sends through ``client.post``), ``with_options``
 and ``copy`` (wrapped again). Requests to other endpoints (``models``, ``files``...) pass
-through. The legacy ``completions.create`` and WebSocket sessions (``responses.connect``,
-``realtime.connect``, ``live.connect``), which no wire format here reads, raise
+through. The legacy ``completions.create``, ``responses.compact`` (a compaction runs a
+model) and WebSocket sessions (``responses.connect``, ``realtime.connect``,
+``live.connect``), which no wire format here reads, raise
 :class:`~budgetmix.ConfigError` inside an episode, before anything is sent.
 
 Tool-call mistakes are recorded with their call ids when the response arrives

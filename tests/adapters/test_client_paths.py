@@ -139,6 +139,8 @@ def test_legacy_completions_and_websocket_sessions_are_refused_inside_an_episode
     with rig.controller.episode() as ep:
         with pytest.raises(ConfigError, match=r"POST /v1/completions .*chat.completions.create"):
             client.completions.create(model="gpt-3.5-turbo-instruct", prompt="hi")
+        with pytest.raises(ConfigError, match=r"POST /v1/responses/compact \(a Responses compa"):
+            client.responses.compact(model="gpt-4o", input="hi")
         with pytest.raises(ConfigError, match=r"responses.connect\(\)"):
             client.responses.connect()
         with pytest.raises(ConfigError, match=r"realtime.connect\(\)"):
