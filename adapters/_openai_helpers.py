@@ -105,7 +105,7 @@ class AsyncRecordingRawResponse(RecordingRawResponse):
     """:class:`RecordingRawResponse` over an SDK raw response whose ``parse()`` is a
     coroutine (Anthropic's async ``with_raw_response``)."""
 
-    async def parse(self, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def parse(self, **kwargs: Any) -> Any:
         if kwargs:
             return await self._inner.parse(**kwargs)
         if self._stream is None:
