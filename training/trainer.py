@@ -86,7 +86,7 @@ class Trainer:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.sft_lr, weight_decay=config.weight_decay)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
-        self.codec = ChatCodec(self.tokenizer)
+        self.codec = ChatCodec.for_model(model, self.tokenizer)
         self.env = env_spec(config.env)
         self.recorded = RecordedBatches.from_config(config, model, self.tokenizer)
         self.sampler = config.budget_sampler()
@@ -143,6 +143,7 @@ class Trainer:
         return ModelGenerator(
             self.policy,
             eos_token_id=self.codec.eos_token_id,
+            stop_token_ids=self.codec.stop_token_ids,
             pad_token_id=int(self.tokenizer.pad_token_id),
             temperature=self.config.temperature,
             batch_size=self.config.rollout_batch_size,
@@ -294,7 +295,7 @@ class Trainer:
             demos = self.recorded.batch(self.rng, cfg.sft_batch, self.world, self.rank)
         else:
             agent = self.env.make_demo_agent(cfg.env_kwargs, cfg.sft_error_rate, agent_seed)
-            generator = ScriptedGenerator(agent, self.tokenizer)
+            generator = ScriptedGenerator(agent, self.codec)
             demos = run_rollouts(self._local(specs), generator, self.codec, self.settings)
 
         def loss_fn(chunk: list[Rollout], batch: Any, logp: torch.Tensor, start: int) -> Any:
