@@ -44,6 +44,7 @@ from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, su
 from budgetmix.training.models import build_policy
 from budgetmix.training.provenance import write_training_env
 from budgetmix.training.recordings import RecordedBatches
+from budgetmix.training.reference import KLReference
 from budgetmix.training.rollout import (
     EpisodeSpec,
     Rollout,
@@ -98,10 +99,7 @@ class Trainer:
             max_total_tokens=config.max_total_tokens,
             token_check=cast(TokenCheck, config.token_check),
         )
-        self.ref_model: Any = None
-        self.ref_sha256: str | None = None
-        # LoRA: the KL reference is the policy with its adapter disabled (no copy)
-        self.ref_is_base = False
+        self.reference = KLReference(self.out, lora=config.lora is not False)
         self.step = 0
         self.rl_tokens = 0  # sampled in RL so far (the token_budget stopping rule)
         self.log = MetricsLog(self.out / "metrics.jsonl")
@@ -157,8 +155,8 @@ class Trainer:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             scalars: dict[str, Any] = {"config": self.config.to_dict()}
-            if self.ref_sha256 is not None:
-                scalars["reference_sha256"] = self.ref_sha256
+            if self.reference.sha256 is not None:
+                scalars["reference_sha256"] = self.reference.sha256
             save_checkpoint(
                 self.out / "checkpoint",
                 model=self.policy,
@@ -202,59 +200,8 @@ class Trainer:
         self.log.truncate_after(self.step - 1)
         self.rl_tokens = rl_groups.rl_tokens_logged(self.log.read())
         if self.step > self.config.sft_steps and self.config.kl_coef > 0:
-            self._load_reference(state.scalars.get("reference_sha256"))
+            self.reference.load(self.policy, state.scalars.get("reference_sha256"))
         return ckpt
-
-    def _snapshot_reference(self) -> None:
-        """Fix the KL reference at the policy after SFT: with LoRA, fold the SFT adapter
-        into the base (the reference is then the adapter disabled); else a frozen copy."""
-        if self.config.lora is not False:
-            from budgetmix.training.lora import fold_adapter
-
-            if self.config.sft_steps:
-                fold_adapter(self.policy)
-            self.ref_is_base = True
-            return
-        import copy
-
-        from budgetmix.manifest import file_sha256, replace_file
-        from safetensors.torch import save_model
-
-        self.ref_model = copy.deepcopy(self.policy).eval()
-        if self.acc.is_main_process:
-            self.out.mkdir(parents=True, exist_ok=True)
-            staged = self.out / "reference.safetensors.tmp"
-            save_model(self.ref_model, str(staged))
-            self.ref_sha256 = file_sha256(staged)
-            replace_file(staged, self.out / "reference.safetensors")
-
-    def _load_reference(self, sha256: Any) -> None:
-        """Load the KL reference, verified against the checksum its checkpoint recorded (with
-        LoRA the checkpoint's base weights are the reference: nothing to load)."""
-        if self.config.lora is not False:
-            self.ref_is_base = True
-            return
-        import copy
-
-        from budgetmix.manifest import file_sha256
-        from safetensors import SafetensorError
-        from safetensors.torch import load_model
-
-        path = self.out / "reference.safetensors"
-        if not path.is_file():
-            raise CheckpointError(f"resume: {str(path)!r} (the KL reference) is missing", path)
-        if sha256 is not None and file_sha256(path) != sha256:
-            raise CheckpointError(
-                f"resume: {str(path)!r} is damaged: its sha256 checksum differs from the "
-                "one the checkpoint saved",
-                path,
-            )
-        self.ref_model = copy.deepcopy(self.policy).eval()
-        try:
-            load_model(self.ref_model, str(path))
-        except (SafetensorError, OSError, RuntimeError) as exc:
-            raise CheckpointError(f"resume: {str(path)!r} cannot be loaded: {exc!r}", path) from exc
-        self.ref_sha256 = sha256 if isinstance(sha256, str) else None
 
     # -- steps ------------------------------------------------------------------------
     def _local(self, specs: Sequence[EpisodeSpec]) -> list[EpisodeSpec]:
@@ -320,7 +267,9 @@ class Trainer:
         if self.step == cfg.sft_steps:
             self.optimizer.state.clear()  # SFT moments do not belong to the RL objective
             if cfg.kl_coef > 0:
-                self._snapshot_reference()
+                self.reference.snapshot(
+                    self.policy, fold=bool(cfg.sft_steps), main=self.acc.is_main_process
+                )
         lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps, rl=True)
         t0 = time.perf_counter()
         rollouts = run_rollouts(
@@ -380,12 +329,8 @@ class Trainer:
 
     def _reference_logprobs(self, rollouts: list[Rollout]) -> torch.Tensor | None:
         """Log-probs under the KL reference (``None`` without one)."""
-        if self.ref_is_base:
-            from budgetmix.training.lora import adapter_disabled
-
-            with adapter_disabled(self.policy) as base:
-                return self._frozen_logprobs(rollouts, base)
-        return None if self.ref_model is None else self._frozen_logprobs(rollouts, self.ref_model)
+        with self.reference.scoring(self.policy) as model:
+            return None if model is None else self._frozen_logprobs(rollouts, model)
 
     @torch.no_grad()
     def _frozen_logprobs(self, rollouts: list[Rollout], model: Any) -> torch.Tensor:
@@ -455,7 +400,7 @@ class Trainer:
             # the SFT adapter was folded into the base (then it would not fit their base)
             import copy
 
-            if not (self.ref_is_base and self.config.sft_steps):
+            if not (self.reference.is_base and self.config.sft_steps):
                 policy.save_pretrained(str(staged / "adapter"), safe_serialization=True)
             policy = copy.deepcopy(policy).merge_and_unload()
         policy.save_pretrained(str(staged), safe_serialization=True)

@@ -160,7 +160,7 @@ def test_the_reference_is_the_adapter_disabled_policy_not_a_copy(
     original = copy.deepcopy
     monkeypatch.setattr(copy, "deepcopy", no_model_copies)
     trainer.run(stop_after=cfg.sft_steps + 1)  # the first RL step fixes the reference
-    assert trainer.ref_is_base and trainer.ref_model is None
+    assert trainer.reference.is_base and trainer.reference.model is None
     assert not (tmp_path / "reference.safetensors").exists()
     assert sum(p.numel() for p in policy.parameters()) == size
 
