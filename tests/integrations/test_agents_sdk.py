@@ -13,6 +13,7 @@ import pytest
 from _integration_support import (
     Spans,
     assert_prefix_stable,
+    framework,
     notices,
     observation_before_notice,
 )
@@ -21,8 +22,8 @@ from budgetmix.adapters import budgeted
 from budgetmix.adapters.http import AsyncBudgetTransport
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
-openai = pytest.importorskip("openai")
-agents = pytest.importorskip("agents")
+openai = framework("openai")
+agents = framework("agents")
 agents.set_tracing_disabled(True)  # its exporter would try to reach api.openai.com
 
 MODELS = ["chat", "responses"]

@@ -8,14 +8,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _integration_support import Spans, assert_prefix_stable, notices, observation_before_notice
+from _integration_support import (
+    Spans,
+    assert_prefix_stable,
+    framework,
+    notices,
+    observation_before_notice,
+)
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
-anthropic = pytest.importorskip("anthropic")
-httpx2 = pytest.importorskip("httpx2")
+anthropic = framework("anthropic")
+httpx2 = framework("httpx2")
 
 MODEL = "claude-test"  # any name: the fake server answers it
 WIRINGS = ["budgeted", "transport"]

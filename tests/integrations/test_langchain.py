@@ -11,16 +11,22 @@ from typing import Any
 
 import httpx
 import pytest
-from _integration_support import Spans, assert_prefix_stable, notices, observation_before_notice
+from _integration_support import (
+    Spans,
+    assert_prefix_stable,
+    framework,
+    notices,
+    observation_before_notice,
+)
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
-pytest.importorskip("langchain_openai")
-pytest.importorskip("langgraph")
-from langchain.agents import create_agent
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
+framework("langchain_openai")
+framework("langgraph")
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
 
 with warnings.catch_warnings():  # moved to langchain.agents; the prebuilt agent stays tested
     warnings.simplefilter("ignore")

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _integration_support import Spans, assert_prefix_stable, in_chain, notices
+from _integration_support import Spans, assert_prefix_stable, framework, in_chain, notices
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
@@ -19,8 +19,8 @@ from budgetmix.adapters.testing import FakeLLMServer, Reply
 
 # LiteLLM fetches a model price map from the network at import unless told not to
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-openai = pytest.importorskip("openai")
-litellm = pytest.importorskip("litellm")
+openai = framework("openai")
+litellm = framework("litellm")
 litellm.suppress_debug_info = True  # no "Give Feedback" banner on every error
 
 WIRINGS = ["budgeted", "transport"]

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _integration_support import Spans
+from _integration_support import Spans, framework
 from budgetmix import Budget, BudgetController, BudgetExhausted, ConfigError, EpisodeStatus
 from budgetmix.adapters.mcp import budgeted_session
 
-mcp = pytest.importorskip("mcp")
+mcp = framework("mcp")
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 SERVER = Path(__file__).with_name("_mcp_server.py")
@@ -155,9 +155,9 @@ async def test_a_framework_calling_mcp_tools_records_each_call_once(
     """The OpenAI Agents SDK with an MCP server, over the budget transport: the session
     line records each MCP call exactly (under the model's call id), the wire adds no
     second span and no second mistake."""
-    agents = pytest.importorskip("agents")
-    httpx = pytest.importorskip("httpx")
-    openai = pytest.importorskip("openai")
+    agents = framework("agents")
+    httpx = framework("httpx")
+    openai = framework("openai")
     from budgetmix.adapters.http import AsyncBudgetTransport
     from budgetmix.adapters.testing import Reply
 

@@ -9,13 +9,19 @@ from typing import Any
 
 import httpx
 import pytest
-from _integration_support import Spans, assert_prefix_stable, notices, observation_before_notice
+from _integration_support import (
+    Spans,
+    assert_prefix_stable,
+    framework,
+    notices,
+    observation_before_notice,
+)
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters.http import AsyncBudgetTransport
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
-openai = pytest.importorskip("openai")
-pai = pytest.importorskip("pydantic_ai")
+openai = framework("openai")
+pai = framework("pydantic_ai")
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 

@@ -12,6 +12,7 @@ import pytest
 from _integration_support import (
     Spans,
     assert_prefix_stable,
+    framework,
     in_chain,
     notices,
     observation_before_notice,
@@ -20,7 +21,7 @@ from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters.http import BudgetTransport
 from budgetmix.adapters.testing import FakeLLMServer, Reply
 
-smolagents = pytest.importorskip("smolagents")
+smolagents = framework("smolagents")
 
 
 @smolagents.tool
