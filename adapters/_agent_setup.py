@@ -94,6 +94,7 @@ def prepare(
     extension: ExtensionPolicy | None,
     name: str | None,
     metadata: dict[str, Any] | None,
+    conversation_id: str | None = None,
 ) -> tuple[Episode, Toolbox, list[ChatMessage]]:
     """The episode a run charges, its toolbox (with ``request_more_turns`` when the
     extension grants on demand) and its opening conversation.
@@ -104,7 +105,7 @@ def prepare(
     check_int("max_parallel", max_parallel, minimum=1)
     entries = list(tools.values()) if isinstance(tools, Toolbox) else list(tools)
     controller = _controller(budget, exhaustion, extension, getattr(model, "provider_name", None))
-    episode = controller.episode(name=name, metadata=metadata)
+    episode = controller.episode(name=name, metadata=metadata, conversation_id=conversation_id)
     extra = _request_more_turns_tool(controller, episode)
     return episode, Toolbox([*entries, *extra]), _history(task, system)
 

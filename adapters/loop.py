@@ -374,6 +374,7 @@ def run_agent(
     pricing: Pricing | None = None,
     name: str | None = None,
     metadata: dict[str, Any] | None = None,
+    conversation_id: str | None = None,
     sleep: Callable[[float], None] | None = None,
 ) -> AgentRun:
     """Run ``model`` with ``tools`` on ``task`` until it answers or the budget ends the run.
@@ -383,13 +384,12 @@ def run_agent(
         tools: functions (schemas derived from type hints), :class:`Tool` s or a :class:`Toolbox`.
         task: the user's request, or an opening conversation (copied, never mutated).
         budget: limits (a controller is built) or a configured :class:`BudgetController`.
-        system: a system message put first.
-        max_parallel: most tool calls of one batch running at once.
-        exhaustion: ``"end"`` (default), ``"raise"`` or ``"grace"``; only with a ``Budget``.
-        extension: asked for more budget at a limit; only with a ``Budget``.
+        system, max_parallel: a system message put first; most tool calls run at once.
+        exhaustion, extension: ``"end"`` (default), ``"raise"`` or ``"grace"``; what is
+            asked for more budget at a limit; only with a ``Budget``.
         judge: decides whether the final answer is a success (default: any answer is).
         pricing: prices for the cost limit (default: the built-in table).
-        name, metadata: the episode's name and metadata.
+        name, metadata, conversation_id: the episode's name, metadata, chat session.
         sleep: replaces ``time.sleep`` between retries (tests).
 
     Returns:
@@ -406,6 +406,7 @@ def run_agent(
     loop = _AgentLoop(*prepare(
         model, tools, task, budget, system=system, max_parallel=max_parallel,
         exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
+        conversation_id=conversation_id,
     ), model_name=str(model.model_name), judge=judge, pricing=pricing)  # fmt: skip
     with _tool_pool(max_parallel) as pool, loop.episode:
         while (turn := loop.next_turn()) is not None:
@@ -435,6 +436,7 @@ async def arun_agent(
     pricing: Pricing | None = None,
     name: str | None = None,
     metadata: dict[str, Any] | None = None,
+    conversation_id: str | None = None,
     sleep: Callable[[float], Awaitable[None]] | None = None,
 ) -> AgentRun:
     """Async twin of :func:`run_agent`.
@@ -452,6 +454,7 @@ async def arun_agent(
     loop = _AgentLoop(*prepare(
         model, tools, task, budget, system=system, max_parallel=max_parallel,
         exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
+        conversation_id=conversation_id,
     ), model_name=str(model.model_name), judge=judge, pricing=pricing)  # fmt: skip
 
     async def call_model(req: ModelRequest) -> ModelResponse:

@@ -29,6 +29,7 @@ from budgetmix.cli._errors import (
     output_dir,
     run_command,
 )
+from budgetmix.cli.tracing import add_trace_argument
 from budgetmix.events import EpisodeResult, EpisodeStatus
 from rich.console import Console
 from rich.table import Table
@@ -51,6 +52,7 @@ class DemoOptions:
     policy: dict[str, Any]
     quick: bool = False
     full: bool = False
+    trace: str | None = None
 
 
 def _parser() -> CliParser:
@@ -77,6 +79,7 @@ def _parser() -> CliParser:
         default=None,
         help='policy config as JSON, e.g. \'{"notice": {"kind": "at_most", "turns": 2}}\'',
     )
+    add_trace_argument(p, None)  # None: OTEL_TRACES_EXPORTER, else jsonl
     return p
 
 
@@ -121,6 +124,7 @@ def parse_demo_args(argv: Sequence[str]) -> DemoOptions:
         policy=_policy_config(args),
         quick=args.quick,
         full=args.full,
+        trace=args.trace,
     )
 
 
@@ -219,10 +223,11 @@ def _run(args: DemoOptions) -> int:
 
     from budgetmix.cli.demo_stages import stage_grid, stage_train
     from budgetmix.cli.demo_summary import DemoResults, summary_lines
-    from budgetmix.telemetry import configure_tracing
+    from budgetmix.cli.tracing import start_tracing
 
     results: dict[str, Any] = {}
-    handle = configure_tracing("jsonl", path=out / "traces.jsonl")
+    with blame("--trace"):
+        tracing = start_tracing(args.trace, out)
     try:
         if "controller" in stages:
             console.rule("[bold]1. The controller wrapping a production-style agent loop")
@@ -234,16 +239,9 @@ def _run(args: DemoOptions) -> int:
             console.rule("[bold]3. BudgetMix RL vs fixed-budget RL on a tiny local model")
             results["train"] = stage_train(console, out, quick=args.quick, full=args.full)
     finally:
-        handle.flush()
-        stats = handle.stats()
-        handle.shutdown()
+        traced = tracing.finish()
     console.rule("[bold]Summary")
-    done = DemoResults(
-        **results,
-        traces=out / "traces.jsonl",
-        spans_exported=stats.exported,
-        spans_lost=stats.lost,
-    )
+    done = DemoResults(**results, traces=traced)
     for line in summary_lines(out, done):
         console.print(line, highlight=False, soft_wrap=True)
     return 0

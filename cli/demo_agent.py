@@ -158,6 +158,8 @@ def run_support_episodes(
                 controller,
                 name="support-agent",
                 metadata={"seed": seed, "budget": turns},
+                # one chat session per episode: a backend's sessions view lists them
+                conversation_id=f"support-{order}-T{turns}-seed{seed}",
             )
             runs.append(SupportRun(seed, turns, run.result, run.output))
     return runs

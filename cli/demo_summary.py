@@ -18,14 +18,12 @@ __all__ = ["DemoResults", "summary_lines"]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoResults:
     """What the demo's stages returned (``None`` for a stage that did not run) and
-    the trace file's counts."""
+    where the spans went, with their count (``RunTracing.finish``'s line)."""
 
     controller: Mapping[str, Mapping[str, Any]] | None = None
     grid: Mapping[str, Any] | None = None
     train: Mapping[str, Any] | None = None
-    traces: Path
-    spans_exported: int
-    spans_lost: int
+    traces: str
 
 
 def _rates(per_budget: Mapping[str, Mapping[str, Any]], key: str = "success_rate") -> str:
@@ -100,7 +98,7 @@ def summary_lines(out: Path, results: DemoResults) -> list[str]:
         lines.extend(_train_lines(results.train))
     lines.append(f"Written to {out}:")
     lines.append(
-        f"  traces   {results.traces} ({results.spans_exported:,} spans, {results.spans_lost} lost)"
+        f"  traces   {results.traces}"
     )
     if results.controller:
         lines.append(f"  support  {out / 'controller.json'}")

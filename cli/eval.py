@@ -48,11 +48,13 @@ from budgetmix.cli._errors import (
 )
 from budgetmix.cli.eval_progress import progress_callbacks
 from budgetmix.cli.report import report_main, show_report, write_report
+from budgetmix.cli.tracing import TRACE_CHOICES, add_trace_argument, start_tracing
 from budgetmix.environment import EnvAgent, Task
 from budgetmix.evaluation.agents import ScriptedEnvAgent
 from budgetmix.evaluation.runner import AgentFactory, EvalConfig, Evaluator
 from budgetmix.exceptions import BudgetmixError, ConfigError, MissingExtraError
 from budgetmix.notice import NOTICE_FORMATS
+from budgetmix.telemetry.exporters import TRACES_EXPORTER_ENV
 
 __all__ = [
     "build_agent_factory",
@@ -131,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", default=None)
     p.add_argument("--no-progress", action="store_true", default=None)
     p.add_argument("--n-boot", type=int, help="bootstrap resamples for intervals (default 1000)")
+    add_trace_argument(p, None)  # None: traced only when OTEL_TRACES_EXPORTER is set
     return p
 
 
@@ -189,7 +192,12 @@ _FLOAT_RANGE: dict[str, tuple[float, float | None]] = {
     "noise": (0.0, 1.0),
     "temperature": (0.0, None),
 }
-_CHOICES = {"agent": _AGENTS, "env_seed_mode": ("task", "sample"), "on_error": ("raise", "record")}
+_CHOICES = {
+    "agent": _AGENTS,
+    "env_seed_mode": ("task", "sample"),
+    "on_error": ("raise", "record"),
+    "trace": TRACE_CHOICES,
+}
 _BOOLS = ("blind", "no_prefix_sharing", "overwrite", "no_plots", "no_progress")
 
 
@@ -434,13 +442,22 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
     evaluator = Evaluator(factory, tasks, _eval_config(cfg, agent_ident))
     overwrite = bool(cfg.get("overwrite", False))
     bar, on_plan, on_record = progress_callbacks(not cfg.get("no_progress", False))
-    if bar is not None:
-        with bar:
-            run = evaluator.run(
-                out / "results.jsonl", on_record=on_record, on_plan=on_plan, overwrite=overwrite
-            )
-    else:
-        run = evaluator.run(out / "results.jsonl", overwrite=overwrite)
+    tracing = None
+    if cfg.get("trace") or os.environ.get(TRACES_EXPORTER_ENV):
+        with blame("--trace"):
+            tracing = start_tracing(cfg.get("trace"), out)
+    try:
+        if bar is not None:
+            with bar:
+                run = evaluator.run(
+                    out / "results.jsonl", on_record=on_record, on_plan=on_plan, overwrite=overwrite
+                )
+        else:
+            run = evaluator.run(out / "results.jsonl", overwrite=overwrite)
+    finally:
+        traced = tracing.finish() if tracing is not None else None
+    if traced is not None:
+        print(f"traces: {traced}")
     print(
         f"{run.live_episodes} episodes run, {run.derived_records} derived by prefix sharing, "
         f"{run.skipped} already done; {run.env_steps} env steps "

@@ -255,13 +255,10 @@ def configure_tracing(
     Args:
         exporter: ``"jsonl"`` appends spans to ``path``; ``"console"`` prints them;
             ``"otlp"`` posts OTLP/HTTP protobuf to a collector; ``"none"`` exports
-            nothing (spans still get ids, e.g. for log correlation). None (default):
-            ``OTEL_TRACES_EXPORTER`` if set, else ``"jsonl"``.
-        metrics: where metrics go: ``"console"``, ``"otlp"`` or ``"none"``. None
-            (default): ``OTEL_METRICS_EXPORTER`` if set, else with the spans for
-            ``"console"`` and ``"otlp"``, nowhere for ``"jsonl"`` and ``"none"``. An
-            OTLP endpoint that refuses metrics (HTTP 404/405) is reported in one
-            warning and sent no more.
+            nothing (spans still get ids). None: ``OTEL_TRACES_EXPORTER``, else jsonl.
+        metrics: ``"console"``, ``"otlp"`` or ``"none"``; None: ``OTEL_METRICS_EXPORTER``,
+            else with console or otlp spans. An OTLP endpoint refusing metrics (HTTP
+            404/405) is named in one warning and sent no more.
         path: the JSONL file (parents are created).
         service_name: the ``service.name`` resource attribute; ``OTEL_SERVICE_NAME``
             wins over the default, an explicit value wins over it.
@@ -270,8 +267,7 @@ def configure_tracing(
             full traces URL. None: the exporter reads ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
             or ``OTEL_EXPORTER_OTLP_ENDPOINT``, else ``http://localhost:4318``.
         headers: extra OTLP request headers, over those in ``OTEL_EXPORTER_OTLP_HEADERS``.
-        max_queue_size: spans buffered while the exporter is busy.
-        max_export_batch_size: spans per export call.
+        max_queue_size, max_export_batch_size: spans buffered; spans per export call.
         set_global: install the providers process-wide so budgetmix (and any other
             API-only library) uses them. OpenTelemetry allows this once per process:
             if a tracer provider is already set, a ``RuntimeWarning`` is issued and
@@ -284,10 +280,9 @@ def configure_tracing(
         A :class:`TracingHandle`; its ``shutdown`` also runs at interpreter exit.
 
     Raises:
-        ConfigError: an unknown ``exporter`` or ``metrics`` (or such a value of
-            ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER``), a bad size,
-            ``shutdown_timeout_s`` or ``endpoint``, ``endpoint``/``headers`` with
-            neither signal on ``"otlp"``, or a ``path`` that cannot be opened.
+        ConfigError: an unknown ``exporter``, ``metrics`` or ``OTEL_*_EXPORTER`` value, a
+            bad size, ``shutdown_timeout_s`` or ``endpoint``, ``endpoint``/``headers``
+            without ``"otlp"``, or a ``path`` that cannot be opened.
         MissingExtraError: ``"otlp"`` without the ``otlp`` extra.
     """
     exporter, metrics = _chosen(exporter, metrics)
@@ -296,13 +291,9 @@ def configure_tracing(
     resource = _resource(service_name)
     span_exporter = _span_exporter(exporter, path, endpoint, headers)
     metric_exporter = _metric_exporter(metrics, endpoint, headers)
-    processor = None
-    if span_exporter is not None:
-        processor = CountingBatchSpanProcessor(
-            span_exporter,
-            max_queue_size=max_queue_size,
-            max_export_batch_size=max_export_batch_size,
-        )
+    processor = None if span_exporter is None else CountingBatchSpanProcessor(
+        span_exporter, max_queue_size=max_queue_size, max_export_batch_size=max_export_batch_size
+    )  # fmt: skip
     provider, meter_provider = _providers(resource, processor, metric_exporter)
     is_global = set_global and _install_global(provider, meter_provider)
     return TracingHandle(provider, processor, meter_provider, is_global, shutdown_timeout_s)

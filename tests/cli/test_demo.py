@@ -137,9 +137,7 @@ def test_summary_gives_headlines_and_where_things_are(tmp_path: Path) -> None:
         controller=controller,
         grid=grid,
         train=train,
-        traces=tmp_path / "traces.jsonl",
-        spans_exported=1234,
-        spans_lost=0,
+        traces=f"{tmp_path / 'traces.jsonl'} (1,234 spans exported, 0 lost)",
     )
     lines = summary_lines(tmp_path, results)
     text = "\n".join(lines)
@@ -148,7 +146,7 @@ def test_summary_gives_headlines_and_where_things_are(tmp_path: Path) -> None:
     assert "aware-oracle 0.50 / 0.75; blind-oracle 0.25 / 0.50" in text
     assert "+7.0 / -2.0 at 25% / 100% of the ceiling" in text
     assert "deployed checkpoint: success 50% at T = 4" in text
-    assert f"traces   {tmp_path / 'traces.jsonl'} (1,234 spans, 0 lost)" in text
+    assert f"traces   {tmp_path / 'traces.jsonl'} (1,234 spans exported, 0 lost)" in text
     assert str(tmp_path / "experiment" / "report.md") in text
     assert f"plots    {tmp_path / 'grid/*'} (1)" in text
 
@@ -156,7 +154,7 @@ def test_summary_gives_headlines_and_where_things_are(tmp_path: Path) -> None:
 def test_summary_of_one_stage_names_only_its_files(tmp_path: Path) -> None:
     row = {"episodes": 2, "mistakes": 0, "recoveries": 0, "success_rate": 1.0}
     results = DemoResults(
-        controller={"4": row}, traces=tmp_path / "t.jsonl", spans_exported=3, spans_lost=0
+        controller={"4": row}, traces=f"{tmp_path / 't.jsonl'} (3 spans exported, 0 lost)"
     )
     text = "\n".join(summary_lines(tmp_path, results))
     assert "(0 mistakes, 0 recoveries)" in text
