@@ -1,8 +1,8 @@
 """Training = deployment, token for token (issue 17 item 1).
 
 A 3-turn tool-call episode with an ML team's own checkpoint (a byte-level BPE trained
-here, the official Qwen2.5 or Llama-3.1 chat template, a tiny Qwen2 / Llama model saved
-with ``save_pretrained``) is played twice:
+here, the official Qwen2.5, Llama-3.1 or Qwen3 chat template, a tiny Qwen2 / Llama model
+saved with ``save_pretrained``) is played twice:
 
 * as a training rollout (scripted demonstrator, token-in/token-out ids);
 * through the controller's chat path: ``serve.chat_model(DIR)`` (a LocalChatModel) under
@@ -20,12 +20,13 @@ of the placement is issue 16's; this checks the sdk function it uses).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _layout_fixtures import LookupEnv, build_bpe_tokenizer, save_tiny_checkpoint
+from _layout_fixtures import TEMPLATES, LookupEnv, build_bpe_tokenizer, save_tiny_checkpoint
 from budgetmix import Budget, BudgetController, place_notice_openai_chat, render_notice
 from budgetmix.adapters import run_agent
 from budgetmix.adapters._wire.chat import write_messages
@@ -42,10 +43,10 @@ from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollout
 TURNS = 4
 
 
-def _call(key: str) -> dict[str, Any]:
+def _call(key: str, reasoning: bool) -> dict[str, Any]:
     return {
         "role": "assistant",
-        "content": "",
+        "content": f"<think>\nlook up {key}\n</think>\n\n" if reasoning else "",
         "tool_calls": [
             {
                 "id": "x",
@@ -56,20 +57,21 @@ def _call(key: str) -> dict[str, Any]:
     }
 
 
-#: The demonstrator's three replies, in order.
-REPLIES = [_call("alpha"), _call("beta"), {"role": "assistant", "content": "The answer is 18."}]
-
-
-def demonstrator(req: GenerationRequest) -> dict[str, Any]:
+def demonstrator(req: GenerationRequest, *, reasoning: bool = False) -> dict[str, Any]:
+    """Three replies; with ``reasoning`` (Qwen3) each one thinks first."""
     done = sum(m["role"] == "assistant" for m in req.messages)
-    return REPLIES[done]
+    if done == 2:
+        head = "<think>\nadd them\n</think>\n\n" if reasoning else ""
+        return {"role": "assistant", "content": head + "The answer is 18."}
+    return _call(("alpha", "beta")[done], reasoning)
 
 
 class Recording(ScriptedGenerator):
     """The demonstrator, recording the context ids of every turn."""
 
     def __init__(self, codec: ChatCodec) -> None:
-        super().__init__(demonstrator, codec)
+        reasoning = "<think>" in codec.template.template  # Qwen3's template
+        super().__init__(functools.partial(demonstrator, reasoning=reasoning), codec)
         self.contexts: list[list[int]] = []
         self.replies: list[list[int]] = []
 
@@ -88,11 +90,14 @@ def _notices() -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", params=["qwen", "llama"])
+@pytest.fixture(scope="module", params=["qwen2.5", "llama3.1", "qwen3"])
 def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    family = request.param
-    path = tmp_path_factory.mktemp(f"ckpt-{family}")
-    save_tiny_checkpoint(family, build_bpe_tokenizer(family), path)
+    family = "llama" if request.param == "llama3.1" else "qwen"
+    tokenizer = build_bpe_tokenizer(family)
+    if request.param == "qwen3":  # the official template, on its tool-role layout
+        tokenizer.chat_template = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()
+    path = tmp_path_factory.mktemp(f"ckpt-{request.param}")
+    save_tiny_checkpoint(family, tokenizer, path)
     return path
 
 
@@ -134,7 +139,7 @@ def test_a_training_rollout_and_a_controller_episode_feed_the_same_ids(checkpoin
     assert rollout.termination == "success" and rollout.num_turns == 3
     assert rollout.drifts == ()  # canonical demonstrations: nothing differs from a re-render
     fed, run = _deployment(checkpoint, gen.replies)
-    assert run.success and run.output == "The answer is 18."
+    assert run.success and run.output is not None and run.output.endswith("The answer is 18.")
     assert len(fed) == len(gen.contexts) == 3
     for turn, (deployed, trained) in enumerate(zip(fed, gen.contexts, strict=True), start=1):
         assert deployed == trained, f"turn {turn}: first difference at " + str(
