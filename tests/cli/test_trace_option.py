@@ -44,7 +44,8 @@ def _exported(stdout: str) -> int:
 
 def test_demo_over_otlp_counts_what_arrived(tmp_path: Path) -> None:
     with OTLPReceiver(metrics_status=405) as receiver:
-        env = _env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint)
+        # a loaded machine must not turn a slow loopback export into lost spans
+        env = _env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint, OTEL_EXPORTER_OTLP_TIMEOUT="60")
         proc = _run([*DEMO, "--out", str(tmp_path), "--trace", "otlp"], env)
         spans = receiver.spans
         assert f"OTLP {receiver.endpoint}/v1/traces" in proc.stdout
