@@ -86,7 +86,7 @@ class _Gate:
             refuse_in_episode(
                 self._target,
                 f"POST {path} ({unread})",
-                "chat.completions.create or responses.create",
+                "chat.completions.create, responses.create or messages.create",
             )
         return False
 
