@@ -294,6 +294,9 @@ class KVCacheSampler:
                     rows.compact()
                     self.ids_fed += rows.ids_fed
                     rows.ids_fed = 0
+        except BaseException:
+            self._batches = []  # a cache fed halfway must not serve the next call
+            raise
         finally:
             self.model.train(was_training)
         self._batches = [

@@ -207,3 +207,14 @@ def test_the_rollout_bench_runs_in_quick_mode(tmp_path: Any) -> None:
     assert "| 2 |" in table and "| 4 |" in table
     assert "cost exponent 2..4 turns: cached" in table
     assert "re-read / cached =" in table
+
+
+def test_a_failed_call_drops_the_caches(tokenizer: Any) -> None:
+    model = build_tiny_model(TinyModelSpec(), tokenizer, seed=0).train()
+    gen = _generator(model, 0.0)
+    gen.generate_ids([[5, 6, 7]], 3, [0])
+    assert gen.sampler.cached_episodes == 1
+    with pytest.raises(IndexError):  # an id outside the vocabulary fails inside the model
+        gen.generate_ids([[5, 6, 7, 10_000]], 3, [0])
+    assert gen.sampler.cached_episodes == 0
+    assert model.training  # the caller's mode is restored
