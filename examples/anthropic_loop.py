@@ -63,7 +63,8 @@ def main() -> EpisodeResult:
     llm = budgeted(client, controller)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the capital of France?"}]
     try:
-        with controller.episode() as ep:
+        # the chat session this run serves: a backend groups its traces by it
+        with controller.episode(conversation_id="anthropic-loop-1") as ep:
             while True:
                 with llm.messages.stream(
                     model=model, max_tokens=512, messages=messages, tools=TOOLS

@@ -70,7 +70,8 @@ async def run() -> EpisodeResult:
         model=OpenAIChatCompletionsModel(model=model, openai_client=client),
     )
     try:
-        async with controller.episode() as ep:
+        # the chat session this run serves: a backend groups its traces by it
+        async with controller.episode(conversation_id="httpx-agent-1") as ep:
             out = await Runner.run(agent, "Compare Paris, Oslo and Rome.", max_turns=10)
             print(f"agent's final output: {out.final_output}")
     finally:

@@ -68,7 +68,8 @@ def main() -> list[dict[str, Any]]:
     llm = budgeted(client, controller)
     messages: list[Any] = [{"role": "user", "content": "What is 7 squared? Use the tool."}]
     try:
-        with controller.episode() as ep:
+        # the chat session this run serves: a backend groups its traces by it
+        with controller.episode(conversation_id="squarer-1") as ep:
             for _ in range(4):
                 message = (
                     llm.chat.completions.create(model=model, messages=messages, tools=TOOLS)

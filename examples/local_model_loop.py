@@ -126,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> AgentRun:
             Budget(turns=args.turns),
             exhaustion="grace" if args.grace else "end",
             judge=lambda text: "42" in text,
+            conversation_id="local-loop-1",  # the chat session: a backend groups traces by it
         )
 
     for message in run.messages:

@@ -63,7 +63,8 @@ def main() -> EpisodeResult:
     llm = budgeted(client, controller)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "What is 19 + 23? Use the tool."}]
     try:
-        with controller.episode() as ep:
+        # the chat session this run serves: a backend groups its traces by it
+        with controller.episode(conversation_id="chat-loop-1") as ep:
             while True:
                 reply = llm.chat.completions.create(model=model, messages=messages, tools=TOOLS)
                 message = reply.choices[0].message

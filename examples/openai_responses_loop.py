@@ -60,7 +60,8 @@ def main() -> EpisodeResult:
     llm = budgeted(client, controller)
     items: list[Any] = [{"role": "user", "content": "How many words in 'to be or not to be'?"}]
     try:
-        with controller.episode() as ep:
+        # the chat session this run serves: a backend groups its traces by it
+        with controller.episode(conversation_id="responses-loop-1") as ep:
             while True:
                 stream = llm.responses.create(model=model, input=items, tools=TOOLS, stream=True)
                 final = None
