@@ -18,9 +18,12 @@ see, notices included). :func:`pointwise` lifts a one-point function.
 * :func:`recovery_injection` -- force a mistake at turn ``s`` and measure how
   often the policy still succeeds within the remaining budget.
 
-A *mistake* is a step the environment labels as one (invalid reply, bumping into
-the edge, ...) or, when a Q-function is given, an action that loses more than
-``mistake_tol`` success probability against the best action. Imports nothing heavy.
+A *mistake* is, when a Q-function is given, an action that loses more than
+``mistake_tol`` success probability against the best action (environment labels
+do not count then: bumping into a wall is sometimes the optimal wait); without
+one, a step the environment labels as one. Step-level comparisons by expected Q
+with a noise floor: :mod:`budgetmix.training.action_quality`; budget
+sensitivity: :mod:`budgetmix.training.budget_sensitivity`. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -172,13 +175,13 @@ class LiveEpisode:
 
     def apply(self, point: DecisionPoint, action: str, q: QFunction | None, tol: float) -> None:
         """Take ``action`` at ``point``: a mistake when it loses more than ``tol`` in ``q``
-        (or the environment labels it one); then end the episode or charge the next turn."""
-        mistake = False
-        if q is not None:
-            mistake = _loss(q, point, action) > tol
+        (without ``q``: when the environment labels it one); then end or charge the next turn."""
         result = self.env.step(action)
         label = result.label
-        mistake = mistake or not label.valid or label.mistake is not None
+        if q is not None:  # a mistake is a loss in Q (waiting into a wall can be optimal)
+            mistake = _loss(q, point, action) > tol
+        else:
+            mistake = not label.valid or label.mistake is not None
         self.actions.append(action)
         self.mistakes.append(mistake)
         self.messages.append({"role": "assistant", "content": action})

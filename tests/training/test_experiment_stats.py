@@ -1,0 +1,34 @@
+"""Seed-level statistics against textbook values: t quantiles, one-sample t, Holm."""
+
+from __future__ import annotations
+
+import pytest
+from budgetmix.exceptions import ConfigError
+from budgetmix.training.experiment.stats import holm, mean_test, t_cdf, t_quantile
+
+
+def test_t_distribution_matches_tables() -> None:
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.975, 3) == pytest.approx(3.182, abs=1e-3)
+    assert t_quantile(0.975, 7) == pytest.approx(2.365, abs=1e-3)
+    assert t_quantile(0.975, 10_000) == pytest.approx(1.960, abs=1e-3)
+    assert t_cdf(0.0, 4) == pytest.approx(0.5)
+    assert t_cdf(2.015, 5) == pytest.approx(0.95, abs=1e-3)
+
+
+def test_mean_test_by_hand() -> None:
+    res = mean_test([0.1, 0.2, 0.15, 0.05])
+    # mean 0.125, sd 0.06455, se 0.032275, t = 3.873 on 3 df
+    assert res.mean == pytest.approx(0.125)
+    assert res.hi - res.mean == pytest.approx(3.1824 * 0.032275, rel=1e-3)
+    assert res.p == pytest.approx(0.0305, abs=1e-3)
+    assert mean_test([0.2, 0.2]).p == 0.0 and mean_test([0.0, 0.0]).p == 1.0
+    one = mean_test([0.3])
+    assert one.p == 1.0 and one.lo == float("-inf")
+    with pytest.raises(ConfigError):
+        mean_test([])
+
+
+def test_holm_step_down() -> None:
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])

@@ -1,0 +1,116 @@
+"""Seed-level statistics of the preregistered design (docs/prereg.md): t-intervals, Holm.
+
+The unit of analysis is the training seed: a paired difference is one number per
+seed (the same evaluation episodes for both arms), its mean gets a Student-t 95%
+interval with ``seeds - 1`` degrees of freedom and a two-sided p-value; the
+per-budget cells are Holm-corrected. Pure Python (no scipy): the t distribution
+through the regularised incomplete beta function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from budgetmix.exceptions import ConfigError
+
+__all__ = ["MeanTest", "holm", "mean_test", "t_cdf", "t_quantile"]
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (Lentz's method)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                    -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):  # fmt: skip
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function ``I_x(a, b)``."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(lbeta + a * math.log(x) + b * math.log(1.0 - x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: int) -> float:
+    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`)."""
+    lo, hi = -1e4, 1e4
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class MeanTest:
+    """Mean of per-seed values with a 95% t-interval and the two-sided p for mean = 0."""
+
+    n: int
+    mean: float
+    lo: float
+    hi: float
+    p: float
+    values: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__} | {"values": list(self.values)}
+
+
+def mean_test(values: Sequence[float]) -> MeanTest:
+    """One-sample t on per-seed values (with one seed: no interval, p = 1).
+
+    Raises:
+        ConfigError: no values.
+    """
+    xs = [float(v) for v in values]
+    if not xs:
+        raise ConfigError("mean_test: no values")
+    n, mean = len(xs), sum(xs) / len(xs)
+    if n < 2:
+        return MeanTest(n, mean, -math.inf, math.inf, 1.0, tuple(xs))
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    se = sd / math.sqrt(n)
+    half = t_quantile(0.975, n - 1) * se
+    exact = 1.0 if mean == 0.0 else 0.0  # no spread: the mean is known exactly
+    p = exact if se == 0.0 else 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
+    return MeanTest(n, mean, mean - half, mean + half, min(1.0, p), tuple(xs))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (step-down, monotone, capped at 1), in the input order."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    m, out, running = len(pvalues), [0.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
