@@ -13,6 +13,11 @@ identical consecutive prompts with ``group_budgets="shared"``), rolls out with
 the trainer's current model, and returns the budget-aware reward (0 when
 the budget ran out) in the ``budget_reward`` field that :func:`budget_reward`
 hands back to TRL.
+
+Sampling: with ``GRPOConfig(use_vllm=True)`` (server or colocate mode) every turn
+is sampled by vLLM through TRL's own client or engine, with the weights TRL synced
+before the call (:mod:`budgetmix.training.trl_vllm`); without it, by the trainer's
+model in-process (:class:`~budgetmix.training.generation.ModelGenerator`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from budgetmix.policies.samplers import BudgetSampler
 from budgetmix.training.chat import ChatCodec
 from budgetmix.training.generation import ModelGenerator, TokenGenerator
 from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
+from budgetmix.training.trl_vllm import trl_vllm_generator
 
 __all__ = ["budget_reward", "make_rollout_func", "rollout_fields"]
 
@@ -63,11 +69,15 @@ def make_rollout_func(
     seed: int = 0,
     temperature: float = 1.0,
     generator_factory: Callable[[Any], TokenGenerator] | None = None,
+    use_vllm: bool | None = None,
 ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
     """Build a ``rollout_func`` for ``trl.GRPOTrainer(rollout_func=...)``.
 
     ``generator_factory(model)`` replaces sampling from the trainer's model
     (e.g. a :class:`~budgetmix.training.generation.ScriptedGenerator` in tests).
+    ``use_vllm`` (default: the trainer's ``use_vllm``) samples every turn through
+    ``trainer.vllm_generation`` (:func:`~budgetmix.training.trl_vllm.trl_vllm_generator`,
+    TRL's sampling settings; ``temperature`` here is then unused).
 
     Raises:
         ConfigError: ``group_budgets`` is not shared/mixed; at call time, a prompt
@@ -102,6 +112,9 @@ def make_rollout_func(
             return rollout_fields(
                 run_rollouts(specs, generator_factory(model), codec, rollout_settings)
             )
+        if getattr(trainer, "use_vllm", False) if use_vllm is None else use_vllm:
+            engine = trl_vllm_generator(trainer, stop_token_ids=codec.stop_token_ids)
+            return rollout_fields(run_rollouts(specs, engine, codec, rollout_settings))
         gen = ModelGenerator(
             model,
             eos_token_id=codec.eos_token_id,
