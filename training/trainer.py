@@ -103,6 +103,7 @@ class Trainer:
         self.step = 0
         self.rl_tokens = 0  # sampled in RL so far (the token_budget stopping rule)
         self.log = MetricsLog(self.out / "metrics.jsonl")
+        self.rl_rollouts: Any = None  # specs -> rollouts instead of run_rollouts (ServerRollouts)
 
     # -- plumbing ------------------------------------------------------------------
     @property
@@ -272,8 +273,11 @@ class Trainer:
                 )
         lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps, rl=True)
         t0 = time.perf_counter()
-        rollouts = run_rollouts(
-            self._local(self._rl_specs()), self._model_generator(), self.codec, self.settings
+        specs = self._local(self._rl_specs())
+        rollouts = (  # in-process, or through a server (training/server_rollout.py)
+            self.rl_rollouts(specs)
+            if self.rl_rollouts is not None
+            else run_rollouts(specs, self._model_generator(), self.codec, self.settings)
         )
         t_rollout = time.perf_counter() - t0
         summary = summarize(self._gather([summary_of(r) for r in rollouts]))

@@ -1,0 +1,197 @@
+"""Token ids from an OpenAI-compatible server: asking for them, reading them, stitching turns.
+
+vLLM returns the ids a Chat Completions request was fed and sampled when asked
+(``return_token_ids``: ``prompt_token_ids`` at the top level and
+``choices[0].token_ids``; ``logprobs`` with ``return_tokens_as_token_ids``: a
+``"token_id:<id>"`` token and a log-prob per sampled id). :class:`TokenCapture`,
+an httpx transport under the OpenAI client, asks every request for them and
+records each response's :class:`Exchange` in the :class:`TokenLog` of the
+episode played in its thread (:data:`token_log`). :func:`stitch` turns one
+episode's exchanges into training rows (see :mod:`budgetmix.training.server_rollout`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from budgetmix.exceptions import ConfigError
+
+__all__ = [
+    "TOKEN_FIELDS",
+    "Exchange",
+    "StitchedRow",
+    "TokenCapture",
+    "TokenLog",
+    "exchange_of",
+    "stitch",
+    "token_log",
+]
+
+#: What every Chat Completions request is given (vLLM's names for the ids and log-probs).
+TOKEN_FIELDS: Mapping[str, Any] = {
+    "return_token_ids": True,
+    "logprobs": True,
+    "top_logprobs": 0,
+    "return_tokens_as_token_ids": True,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One request and its response: the ids the server was fed and the ids it sampled."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    messages: tuple[dict[str, Any], ...] = field(repr=False, default=())
+    reply: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _completion_ids(choice: Mapping[str, Any], content: Sequence[Any]) -> list[int]:
+    ids = choice.get("token_ids")
+    if isinstance(ids, list):
+        return [int(t) for t in ids]
+    tokens = [c.get("token", "") if isinstance(c, dict) else "" for c in content]
+    if content and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        return [int(t.removeprefix("token_id:")) for t in tokens]  # return_tokens_as_token_ids
+    raise ConfigError(
+        "server response has no 'choices[0].token_ids' (nor 'token_id:<id>' log-prob tokens): "
+        "serve with vLLM >= 0.10.2, which returns them for return_token_ids=true"
+    )
+
+
+def exchange_of(request: Mapping[str, Any], response: Mapping[str, Any]) -> Exchange:
+    """The ids and log-probs of one Chat Completions response (vLLM's fields).
+
+    Raises:
+        ConfigError: the response lacks ``prompt_token_ids``, the completion ids or the
+            log-probs (the message names the field).
+    """
+    prompt = response.get("prompt_token_ids")
+    if not isinstance(prompt, list):
+        raise ConfigError(
+            "server response has no 'prompt_token_ids': the server must return the ids it "
+            "was fed for return_token_ids=true (vLLM >= 0.10.2 does)"
+        )
+    choices = response.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else {}
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        raise ConfigError("server response has no 'choices[0].logprobs.content' (logprobs=true)")
+    ids = _completion_ids(choice, content)
+    if len(content) != len(ids):
+        raise ConfigError(
+            f"server response: {len(ids)} completion ids but {len(content)} log-probs"
+        )
+    return Exchange(
+        prompt_ids=tuple(int(t) for t in prompt),
+        completion_ids=tuple(ids),
+        logprobs=tuple(float(c["logprob"]) for c in content),
+        finish_reason=str(choice.get("finish_reason") or ""),
+        messages=tuple(request.get("messages") or ()),
+        reply=dict(choice.get("message") or {}),
+    )
+
+
+# -- the HTTP transport --------------------------------------------------------------------
+@dataclass(slots=True)
+class TokenLog:
+    """What one episode's requests recorded (:data:`token_log` is set to it in the
+    episode's thread): its exchanges, or the error that made its ids unreadable."""
+
+    exchanges: list[Exchange] = field(default_factory=list)
+    error: ConfigError | None = None
+
+
+#: The token log of the episode played in this thread (``None``: nothing is recorded).
+token_log: ContextVar[TokenLog | None] = ContextVar("budgetmix_token_log", default=None)
+
+
+class TokenCapture(httpx.BaseTransport):
+    """An httpx transport that asks for token ids and records them (see the module docstring).
+
+    Chat Completions requests (not streamed) get :data:`TOKEN_FIELDS` (fields the
+    request already sets are kept); the response's ids go to the episode being
+    played in this thread, if any. Other requests pass through untouched.
+    """
+
+    def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
+        self.inner = inner if inner is not None else httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` (with the token fields added) and record what came back."""
+        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+            return self.inner.handle_request(request)
+        body = json.loads(request.read() or b"{}")
+        if not isinstance(body, dict) or body.get("stream"):
+            return self.inner.handle_request(request)
+        body = {**TOKEN_FIELDS, **body}
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
+        sent = httpx.Request(
+            request.method,
+            request.url,
+            headers=headers,
+            content=json.dumps(body).encode(),
+            extensions=request.extensions,
+        )
+        response = self.inner.handle_request(sent)
+        content = response.read()
+        response.close()
+        slot = token_log.get()
+        if slot is not None and response.status_code == 200 and slot.error is None:
+            try:
+                slot.exchanges.append(exchange_of(body, json.loads(content)))
+            except (ConfigError, ValueError, KeyError, TypeError) as exc:
+                slot.error = exc if isinstance(exc, ConfigError) else ConfigError(str(exc))
+        drop = ("content-length", "content-encoding", "transfer-encoding")
+        kept = [(k, v) for k, v in response.headers.items() if k.lower() not in drop]
+        return httpx.Response(response.status_code, headers=kept, content=content, request=sent)
+
+    def close(self) -> None:
+        """Close the inner transport."""
+        self.inner.close()
+
+
+# -- stitching -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StitchedRow:
+    """One training row: prompt ids, response ids, mask (1 on sampled ids), log-probs."""
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    response_mask: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+def stitch(exchanges: Sequence[Exchange]) -> tuple[list[StitchedRow], int | None]:
+    """The training rows of one episode's exchanges, and the first turn (1-based) whose
+    prompt does not start with the previous prompt + completion (``None``: one row)."""
+    for turn, (cur, nxt) in enumerate(itertools.pairwise(exchanges), start=2):
+        head = cur.prompt_ids + cur.completion_ids
+        if nxt.prompt_ids[: len(head)] != head:
+            rows = [
+                StitchedRow(
+                    e.prompt_ids, e.completion_ids, (1,) * len(e.completion_ids), e.logprobs
+                )
+                for e in exchanges
+            ]
+            return rows, turn
+    if not exchanges:
+        return [], None
+    last = exchanges[-1]
+    ids = last.prompt_ids + last.completion_ids
+    mask, logps = [0] * len(ids), [0.0] * len(ids)
+    for e in exchanges:
+        start = len(e.prompt_ids)
+        mask[start : start + len(e.completion_ids)] = [1] * len(e.completion_ids)
+        logps[start : start + len(e.completion_ids)] = e.logprobs
+    cut = len(exchanges[0].prompt_ids)
+    return [StitchedRow(ids[:cut], ids[cut:], tuple(mask[cut:]), tuple(logps[cut:]))], None
