@@ -1,6 +1,6 @@
 """Rollout cost vs number of turns: KV cache kept across turns vs the whole context re-read.
 
-    .venv/bin/python bench/rollout_kv.py [--repeats 3] [--threads 1] [--out table.md]
+    .venv/bin/python bench/rollout_kv.py [--repeats 3] [--timer wall|cpu] [--out table.md]
     .venv/bin/python bench/rollout_kv.py --quick --out table.md   (smoke run, CI)
 
 Setup: a tiny-but-not-trivial Qwen2 built from a transformers config (hidden
@@ -17,6 +17,8 @@ it: the only stop id is outside the vocabulary), then an environment reply of
 * ``re-read``: no key, every turn re-reads the whole context (the path before
   issue 17).
 
+``--timer cpu`` measures the process's CPU time instead of wall time (steadier
+on a machine shared with other work; with one torch thread it is the work done).
 The two paths run alternately on the same model and batch, ``--repeats`` times
 each; the table shows medians and, as the noise, the spread (min-max). The
 cost exponent is the least-squares slope of log(median seconds) on log(turns)
@@ -78,13 +80,14 @@ def _rollout(model: Any, vocab: int, args: argparse.Namespace, turns: int, cache
     contexts = [fresh(args.prompt) for _ in range(args.episodes)]
     keys = list(range(args.episodes)) if cached else None
     sampled = 0
-    start = time.perf_counter()
+    clock = time.process_time if args.timer == "cpu" else time.perf_counter
+    start = clock()
     for _ in range(turns):
         for context, g in zip(contexts, gen.generate_ids(contexts, args.tokens, keys), strict=True):
             context.extend(g.ids)
             context.extend(fresh(args.reply))
             sampled += len(g.ids)
-    return time.perf_counter() - start, gen.sampler.ids_fed, sampled
+    return clock() - start, gen.sampler.ids_fed, sampled
 
 
 def _slope(xs: list[int], ys: list[float]) -> float:
@@ -143,6 +146,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16, help="sampled ids per turn")
     ap.add_argument("--reply", type=int, default=8, help="environment reply ids per turn")
     ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--timer", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--quick", action="store_true", help="2 and 4 turns, smallest model, once")
     ap.add_argument("--out", type=Path, help="also write the table to this file")
     args = ap.parse_args()
@@ -154,7 +158,7 @@ def main() -> None:
     title = (
         f"Rollout of {args.episodes} episodes, {args.tokens} sampled + {args.reply} reply ids "
         f"per turn, prompt {args.prompt} ids; torch threads {args.threads}; "
-        f"medians of {args.repeats}"
+        f"{args.timer} time, medians of {args.repeats}"
     )
     lines = [title, "", *_table(args, runs)]
     print("\n".join(lines))
