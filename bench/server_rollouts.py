@@ -1,0 +1,183 @@
+"""Rollouts through the local OpenAI-compatible server vs in-process rollouts (CPU).
+
+    .venv/bin/python bench/server_rollouts.py [--repeats 5] [--episodes 16] [--out table.md]
+    .venv/bin/python bench/server_rollouts.py --quick   (smoke run)
+
+Setup: the tests' checkpoint of an ML team (a byte-level BPE trained locally,
+Qwen2.5's chat template, a tiny Qwen2 saved with ``save_pretrained``), warmed up
+by ``--sft-steps`` SFT steps on the tests' pick environment (call ``pick(n)``
+until n is even, then reply) so episodes are multi-turn tool calls. One batch of
+``--episodes`` episodes (groups of 4, a budget of ``--turns`` turns, at most
+``--tokens`` sampled ids per reply) is rolled out by both paths on the same model:
+
+* ``in-process``: :func:`~budgetmix.training.rollout.run_rollouts` with the
+  trainer's KV-cache :class:`~budgetmix.training.generation.ModelGenerator`
+  (every episode in one forward pass per token, caches kept across turns);
+* ``server``: :class:`~budgetmix.training.server_rollout.ServerRollouts`, each
+  episode under a BudgetController through ``run_agent`` and ``openai.OpenAI``
+  to :class:`~budgetmix.training.openai_server.LocalOpenAIServer` on 127.0.0.1
+  (HTTP + JSON, the server's chat-template rendering, concurrent requests batched,
+  every prompt re-read: no prefix cache), ``--parallel`` episodes at once.
+
+The paths alternate (in-process first on even repeats), ``--repeats`` times
+each. The table shows, per path, the median seconds per batch with the spread
+(min-max) as the noise, sampled tokens per second (the paths sample different
+replies, so episodes differ in length), requests (model calls) per batch, and
+the ratio of the medians (server / in-process) of seconds and of seconds per
+sampled token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "training"))  # the tests' checkpoint and environment
+
+PATHS = ("in-process", "server")
+
+
+def _trainer(tmp: Path, args: argparse.Namespace) -> Any:
+    from _layout_fixtures import build_bpe_tokenizer, save_tiny_checkpoint
+    from budgetmix.training import TrainConfig
+    from budgetmix.training.trainer import Trainer
+
+    save_tiny_checkpoint("qwen", build_bpe_tokenizer("qwen"), tmp / "base")
+    config = TrainConfig(
+        model_path=str(tmp / "base"),
+        env="_server_rollout_env:PickEnv",
+        sft_steps=args.sft_steps,
+        sft_batch=4,
+        sft_lr=1e-2,
+        steps=1,
+        groups_per_step=max(1, args.episodes // 4),
+        group_size=min(4, args.episodes),
+        sampler={"kind": "fixed", "turns": args.turns},
+        max_new_tokens=args.tokens,
+        max_total_tokens=4096,
+        output_dir=str(tmp / "run"),
+        progress=False,
+    )
+    trainer = Trainer(config)
+    trainer.run(stop_after=args.sft_steps)
+    return trainer
+
+
+def _in_process(trainer: Any, specs: list[Any]) -> tuple[list[Any], int]:
+    from budgetmix.training.generation import ModelGenerator
+    from budgetmix.training.rollout import run_rollouts
+
+    gen = ModelGenerator(
+        trainer.policy,
+        eos_token_id=trainer.codec.eos_token_id,
+        stop_token_ids=trainer.codec.stop_token_ids,
+        pad_token_id=int(trainer.tokenizer.pad_token_id),
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
+    rows = run_rollouts(specs, gen, trainer.codec, trainer.settings)
+    return rows, sum(r.num_turns for r in rows)
+
+
+def _server(driver: Any, specs: list[Any]) -> tuple[list[Any], int]:
+    rows = driver(specs)
+    return rows, driver.report.requests
+
+
+def run(args: argparse.Namespace) -> str:
+    """Run the comparison; returns the markdown table."""
+    from budgetmix.training.openai_server import LocalOpenAIServer
+    from budgetmix.training.server_rollout import ServerRollouts
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = _trainer(Path(tmp), args)
+        specs = trainer._rl_specs()
+        times: dict[str, list[float]] = {p: [] for p in PATHS}
+        tokens: dict[str, list[int]] = {p: [] for p in PATHS}
+        calls: dict[str, list[int]] = {p: [] for p in PATHS}
+        with LocalOpenAIServer(trainer.policy, trainer.tokenizer, seed=0) as server:
+            driver = ServerRollouts(
+                server.base_url, "local", settings=trainer.settings, max_parallel=args.parallel
+            )
+            random.seed(0)
+            for rep in range(args.repeats):
+                order = PATHS if rep % 2 == 0 else PATHS[::-1]
+                for path in order:
+                    t0 = time.perf_counter()
+                    if path == "server":
+                        rows, n = _server(driver, specs)
+                    else:
+                        rows, n = _in_process(trainer, specs)
+                    times[path].append(time.perf_counter() - t0)
+                    tokens[path].append(sum(r.sampled_tokens for r in rows))
+                    calls[path].append(n)
+            driver.close()
+    return _table(args, times, tokens, calls)
+
+
+def _table(
+    args: argparse.Namespace,
+    times: dict[str, list[float]],
+    tokens: dict[str, list[int]],
+    calls: dict[str, list[int]],
+) -> str:
+    lines = [
+        f"{args.episodes} episodes, budget {args.turns} turns, <= {args.tokens} tokens per reply, "
+        f"{args.repeats} repeats alternating, {args.threads} torch thread(s), "
+        f"server: {args.parallel} episodes at once",
+        "",
+        "| path | s per batch (median, min-max) | sampled tokens/s (median) | model calls |",
+        "|---|---|---|---|",
+    ]
+    per_token: dict[str, float] = {}
+    for path in PATHS:
+        t, k = times[path], tokens[path]
+        rate = statistics.median(n / s for n, s in zip(k, t, strict=True))
+        per_token[path] = statistics.median(s / max(n, 1) for n, s in zip(k, t, strict=True))
+        lines.append(
+            f"| {path} | {statistics.median(t):.3f} ({min(t):.3f}-{max(t):.3f}) | {rate:.0f} | "
+            f"{statistics.median(calls[path]):.0f} |"
+        )
+    ratio = statistics.median(times["server"]) / statistics.median(times["in-process"])
+    token_ratio = per_token["server"] / per_token["in-process"]
+    lines += [
+        "",
+        f"server / in-process: {ratio:.2f}x the seconds per batch, "
+        f"{token_ratio:.2f}x the seconds per sampled token",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments, run, print (and write) the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--sft-steps", type=int, default=60)
+    parser.add_argument("--parallel", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (2 repeats, 4 episodes)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.episodes, args.sft_steps, args.parallel = 2, 4, 10, 4
+    table = run(args)
+    print(table)
+    if args.out is not None:
+        args.out.write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
