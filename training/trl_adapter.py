@@ -91,38 +91,45 @@ def make_rollout_func(
     rng = random.Random(seed)
     sample_gen = torch.Generator().manual_seed(seed)
 
-    def task_of(prompt: Any) -> Task:
-        key = prompt if isinstance(prompt, str) else prompt[-1]["content"]
-        if key not in by_id:
-            raise ConfigError(f"rollout_func: prompt {key!r} names no known task")
-        return by_id[key]
-
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        specs: list[EpisodeSpec] = []
-        group, previous, draw = -1, None, None
-        for prompt in prompts:
-            task = task_of(prompt)
-            if task.task_id != previous:  # TRL repeats each prompt num_generations times in a row
-                group, previous, draw = group + 1, task.task_id, sampler.sample(rng)
-            budget = draw if group_budgets == "shared" else sampler.sample(rng)
-            assert budget is not None
-            specs.append(EpisodeSpec(task=task, budget=budget, group=group))
+        specs = _group_specs([_task_of(by_id, p) for p in prompts], sampler, rng, group_budgets)
         model = trainer.accelerator.unwrap_model(trainer.model)
         if generator_factory is not None:
-            return rollout_fields(
-                run_rollouts(specs, generator_factory(model), codec, rollout_settings)
+            gen: TokenGenerator = generator_factory(model)
+        elif getattr(trainer, "use_vllm", False) if use_vllm is None else use_vllm:
+            gen = trl_vllm_generator(trainer, stop_token_ids=codec.stop_token_ids)
+        else:
+            gen = ModelGenerator(
+                model,
+                eos_token_id=codec.eos_token_id,
+                stop_token_ids=codec.stop_token_ids,
+                pad_token_id=int(tokenizer.pad_token_id),
+                temperature=temperature,
+                generator=sample_gen,
             )
-        if getattr(trainer, "use_vllm", False) if use_vllm is None else use_vllm:
-            engine = trl_vllm_generator(trainer, stop_token_ids=codec.stop_token_ids)
-            return rollout_fields(run_rollouts(specs, engine, codec, rollout_settings))
-        gen = ModelGenerator(
-            model,
-            eos_token_id=codec.eos_token_id,
-            stop_token_ids=codec.stop_token_ids,
-            pad_token_id=int(tokenizer.pad_token_id),
-            temperature=temperature,
-            generator=sample_gen,
-        )
         return rollout_fields(run_rollouts(specs, gen, codec, rollout_settings))
 
     return rollout_func
+
+
+def _task_of(by_id: Mapping[str, Task], prompt: Any) -> Task:
+    key = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+    if key not in by_id:
+        raise ConfigError(f"rollout_func: prompt {key!r} names no known task")
+    return by_id[key]
+
+
+def _group_specs(
+    tasks: Sequence[Task], sampler: BudgetSampler, rng: random.Random, group_budgets: str
+) -> list[EpisodeSpec]:
+    """One spec per prompt's task; a new group where the task changes (TRL repeats each
+    prompt ``num_generations`` times in a row), its budget shared or drawn per rollout."""
+    specs: list[EpisodeSpec] = []
+    group, previous, draw = -1, None, None
+    for task in tasks:
+        if task.task_id != previous:
+            group, previous, draw = group + 1, task.task_id, sampler.sample(rng)
+        budget = draw if group_budgets == "shared" else sampler.sample(rng)
+        assert budget is not None
+        specs.append(EpisodeSpec(task=task, budget=budget, group=group))
+    return specs
