@@ -19,3 +19,6 @@ python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 "$VENV/bin/python" -m pip install -q -e ".[all,dev]" --config-settings editable_mode=strict
+# The observability backend of tests/backends, in a virtualenv of its own (it pins
+# anthropic<2): about 3 minutes and 850 MB.
+bash scripts/install_phoenix.sh
