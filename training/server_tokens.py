@@ -63,7 +63,7 @@ def _completion_ids(choice: Mapping[str, Any], content: Sequence[Any]) -> list[i
         return [int(t.removeprefix("token_id:")) for t in tokens]  # return_tokens_as_token_ids
     raise ConfigError(
         "server response has no 'choices[0].token_ids' (nor 'token_id:<id>' log-prob tokens): "
-        "serve with vLLM >= 0.10.2, which returns them for return_token_ids=true"
+        "serve with a vLLM whose Chat Completions take return_token_ids=true"
     )
 
 
@@ -78,7 +78,7 @@ def exchange_of(request: Mapping[str, Any], response: Mapping[str, Any]) -> Exch
     if not isinstance(prompt, list):
         raise ConfigError(
             "server response has no 'prompt_token_ids': the server must return the ids it "
-            "was fed for return_token_ids=true (vLLM >= 0.10.2 does)"
+            "was fed for return_token_ids=true (as vLLM does)"
         )
     choices = response.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else {}
