@@ -143,6 +143,7 @@ def deploy_checkpoint(
             with controller.episode(metadata={"seed": seed, "budget": turns}) as ep:
                 for turn in ep.turns(model=checkpoint.name):
                     action = agent.act(observation, turn.notice, None)
+                    assert isinstance(action, str)  # a text environment: stepped here
                     step = env.step(action)
                     ok = step.label.valid and step.label.mistake is None
                     ep.record_step(ok=ok, progress=step.label.progress, mistake=step.label.mistake)

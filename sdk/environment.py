@@ -168,12 +168,18 @@ class FaultInjection:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentReply:
-    """An action with what producing it cost."""
+    """An action with what producing it cost.
+
+    ``result`` is set by an agent that took the step itself (a served checkpoint that
+    drives a tool environment by its parsed calls): the environment's answer to this
+    action, which the evaluator then uses instead of calling ``env.step(text)``.
+    """
 
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    result: StepResult | None = None
 
 
 @runtime_checkable

@@ -10,11 +10,12 @@ message and the environment's messages: for a
 :class:`~budgetmix.training.envs.tool_env.ToolCallEnvironment` one ``tool``
 message per call (the last carries the notice; several calls are one turn), or
 a ``user`` message for a reply without calls and for a text
-:class:`~budgetmix.environment.Environment`. Tools go to the template on every
-render. The ids of turn n+1 are the ids so far + the sampled ids (as sampled) +
-the template's rendering of the new messages (:meth:`ChatCodec.continuation`);
-only sampled ids have ``response_mask`` 1. A rollout that runs out of budget
-gets reward 0 and stays in the batch.
+:class:`~budgetmix.environment.Environment` (:mod:`budgetmix.training.env_turn`, which
+a served checkpoint shares). Tools go to the template on every render. The ids of
+turn n+1 are the ids so far + the sampled ids (as sampled) + the template's
+rendering of the new messages (:meth:`ChatCodec.continuation`); only sampled ids
+have ``response_mask`` 1. A rollout that runs out of budget gets reward 0 and
+stays in the batch.
 
 Termination reasons: ``success``; ``failure`` (the environment ended the
 episode without success); ``format_error`` (it ended it on an invalid
@@ -25,7 +26,6 @@ would not fit in ``max_total_tokens``: truncated, and labelled so).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -33,12 +33,13 @@ from typing import Any, Literal
 from budgetmix._validate import check_choice, check_int
 from budgetmix.adapters.base import ToolSpec
 from budgetmix.budget import Budget
-from budgetmix.environment import StepLabel, StepResult, Task
+from budgetmix.environment import StepLabel, Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
-from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement, append_notice, render_notice
+from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement, render_notice
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
+from budgetmix.training.env_turn import environment_answer, reply_message, with_notice
 from budgetmix.training.envs.tool_env import ToolCallEnvironment
 from budgetmix.training.generation import GenerationRequest, TokenGenerator
 
@@ -249,15 +250,12 @@ def _advance(
 ) -> None:
     text = codec.reply_text(sampled, stopped=stopped)
     turn = ep.ledger.state().turns_used
-    if ep.tools:
-        reply = codec.template.reply_row(text, id_prefix=f"call_{turn - 1}")
-    else:
-        reply = {"role": "assistant", "content": text}
+    reply = reply_message(codec, text, turn, tools=bool(ep.tools))
     ep.messages.append(reply)
     if not stopped:
         ep.termination = "length"
         return
-    result, answers = _environment_step(ep, reply, text)
+    result, answers = environment_answer(ep.env, reply, tools=bool(ep.tools))
     ep.reward += result.reward
     ep.steps.append(
         StepRecord(
@@ -278,7 +276,7 @@ def _advance(
         ep.termination = "budget_exhausted"
         return
     notice = render_notice(ep.ledger.state(in_turn=True), settings.notice_format)
-    answers[-1] = {**answers[-1], "content": append_notice(answers[-1]["content"], notice)}
+    answers = with_notice(answers, notice)
     prompt_text, env_ids = codec.continuation(ep.messages, answers, ep.tools, ep.prompt_text)
     if len(ep.ids) + len(env_ids) + settings.max_new_tokens > settings.max_total_tokens:
         ep.ledger.refund_turn()  # the turn was never taken
@@ -290,49 +288,6 @@ def _advance(
     ep.ids.extend(env_ids)
     ep.mask.extend([0] * len(env_ids))
     ep.logprobs.extend([0.0] * len(env_ids))
-
-
-def _environment_step(
-    ep: _Episode, reply: dict[str, Any], text: str
-) -> tuple[StepResult, list[dict[str, Any]]]:
-    """The environment's answer to one reply: its combined result and its messages."""
-    calls = reply.get("tool_calls") or []
-    if not ep.tools:
-        result = ep.env.step(text)
-        return result, [{"role": "user", "content": result.observation}]
-    if not calls:
-        result = ep.env.respond(str(reply["content"]))
-        return result, [{"role": "user", "content": result.observation}]
-    results, answers = [], []
-    for call in calls:
-        fn = call["function"]
-        args = fn["arguments"]
-        result = ep.env.call_tool(fn["name"], args if isinstance(args, str) else json.dumps(args))
-        results.append(result)
-        answers.append(
-            {
-                "role": "tool",
-                "tool_call_id": call["id"],
-                "name": fn["name"],
-                "content": result.observation,
-            }
-        )
-    return _combined(results), answers
-
-
-def _combined(results: Sequence[StepResult]) -> StepResult:
-    """One turn's tool results as one step: rewards summed, done if any is, the first
-    mistake's label (else the last label)."""
-    if len(results) == 1:
-        return results[0]
-    label = next((r.label for r in results if r.label.mistake), results[-1].label)
-    return StepResult(
-        observation="\n".join(r.observation for r in results),
-        reward=sum(r.reward for r in results),
-        done=any(r.done for r in results),
-        success=any(r.done and r.success for r in results),
-        label=label,
-    )
 
 
 def _finish(ep: _Episode, codec: ChatCodec, settings: RolloutSettings) -> Rollout:

@@ -2,15 +2,18 @@
 
 Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
 
-* :class:`TrainedPolicyAgent` acts in any text :class:`~budgetmix.environment.Environment`
-  under the controller (it is a :class:`budgetmix.environment.EnvAgent`). It
-  builds its context exactly like a training rollout — token in, token out, in
-  the model's chat template: the prompt ids, then per turn the sampled ids plus
-  the template's rendering of the user message ``observation + "\\n" + notice``
-  (:meth:`~budgetmix.training.chat.ChatCodec.continuation`) with the notice
-  rendered by the controller (the bytes the model was trained on). Earlier
-  notices stay in the context, as they did in training. ``budgetmix eval
-  --agent checkpoint`` uses it.
+* :class:`TrainedPolicyAgent` acts in an :class:`~budgetmix.environment.Environment`
+  under the evaluator or the controller (it is a :class:`budgetmix.environment.EnvAgent`).
+  It builds its context exactly like a training rollout — token in, token out, in
+  the model's chat template, with the same code (:mod:`budgetmix.training.env_turn`):
+  the prompt ids, then per turn the sampled ids plus the template's rendering of the
+  environment's answer with the controller's notice on its last message (the bytes
+  the model was trained on; earlier notices stay, as in training): for a text
+  environment the user message ``observation + "\\n" + notice``, for a tool
+  environment (:class:`~budgetmix.training.envs.tool_env.ToolCallEnvironment`) one
+  ``tool`` message per call, the agent stepping the environment itself with the calls
+  the template's parser reads from the reply. ``budgetmix eval --agent checkpoint``
+  uses it.
 * :func:`chat_model` loads the checkpoint as a
   :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
   (``run_agent``), the deployment of tool-calling environments. Give the
@@ -24,9 +27,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from budgetmix.environment import Environment
+from budgetmix.adapters.base import ToolSpec
+from budgetmix.environment import AgentReply, Environment
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.notice import append_notice
+from budgetmix.training.env_turn import environment_answer, reply_message, with_notice
 
 __all__ = ["TrainedPolicyAgent", "chat_model"]
 
@@ -71,6 +76,9 @@ class TrainedPolicyAgent:
         self._ids: list[int] | None = None
         self._messages: list[dict[str, Any]] = []
         self._prompt_text = ""
+        self._env: Any = None  # a tool environment the agent steps itself
+        self._tools: tuple[ToolSpec, ...] = ()
+        self._answers: list[dict[str, Any]] = []  # its answer to the last reply
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **options: Any) -> TrainedPolicyAgent:
@@ -89,30 +97,36 @@ class TrainedPolicyAgent:
         return cls(model, tokenizer, **options)
 
     def start(self, env: Environment, seed: int) -> None:
-        """Begin an episode in ``env`` (called once per episode by the evaluator)."""
+        """Begin an episode in ``env`` (called once per episode by the evaluator, after
+        ``env.reset``). A tool environment is driven by the agent itself (see :meth:`act`)."""
+        from budgetmix.training.envs.tool_env import ToolCallEnvironment
+
         self._instructions = env.instructions()
         self._ids = None
         self._messages = []
+        self._env = env if isinstance(env, ToolCallEnvironment) else None
+        self._tools = tuple(self._env.tool_specs()) if self._env is not None else ()
+        self._answers = []
 
-    def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:
+    def act(
+        self, observation: str, notice: str | None, turns_remaining: int | None
+    ) -> str | AgentReply:
         """The model's next action for ``observation`` under ``notice``.
+
+        In a text environment the caller steps the environment with the returned text.
+        In a tool environment (:class:`~budgetmix.training.envs.tool_env.ToolCallEnvironment`)
+        the agent takes the step itself, as a training rollout does: the reply's calls,
+        parsed by the template, go to ``env.call_tool`` (one ``tool`` message each), a
+        reply without calls to ``env.respond``; it returns an :class:`AgentReply` whose
+        ``result`` is that step (the evaluator does not call ``env.step`` then). The next
+        call appends ``notice`` to the last of those messages and ignores ``observation``
+        (it is their joined text).
 
         Raises:
             TemplateStabilityError: the chat template re-renders earlier turns.
             BudgetmixError: the context grew past 100k tokens.
         """
-        message = append_notice(observation, notice) if notice else observation
-        if self._ids is None:
-            self._messages = self.codec.opening_messages(self._instructions, message)
-            self._prompt_text = self.codec.render(self._messages, generation_prompt=True)
-            ids = self.codec.encode(self._prompt_text)
-        else:
-            user = [{"role": "user", "content": message}]
-            self._prompt_text, new = self.codec.continuation(
-                self._messages, user, (), self._prompt_text
-            )
-            self._messages.extend(user)
-            ids = self._ids + new
+        ids = self._context(observation, notice)
         (generation,) = self.generator.generate_ids([ids], self.max_new_tokens)
         sampled = list(generation.ids)
         if not generation.stopped:
@@ -121,9 +135,34 @@ class TrainedPolicyAgent:
         self._ids = ids + sampled
         if len(self._ids) > 100_000:
             raise BudgetmixError("context grew past 100k tokens; the episode is runaway")
-        action = self.codec.reply_text(sampled, stopped=True)
-        self._messages.append({"role": "assistant", "content": action})
-        return action
+        text = self.codec.reply_text(sampled, stopped=True)
+        turn = sum(m["role"] == "assistant" for m in self._messages) + 1
+        reply = reply_message(self.codec, text, turn, tools=self._env is not None)
+        self._messages.append(reply)
+        if self._env is None:
+            return text
+        result, self._answers = environment_answer(self._env, reply, tools=True)
+        return AgentReply(text=text, result=result)
+
+    def _context(self, observation: str, notice: str | None) -> list[int]:
+        """The ids the model is fed this turn: the prompt, or the ids so far and the
+        template's rendering of the environment's answer (the notice on its last message)."""
+        if self._ids is None:
+            message = append_notice(observation, notice) if notice else observation
+            self._messages = self.codec.opening_messages(self._instructions, message)
+            self._prompt_text = self.codec.render(
+                self._messages, generation_prompt=True, tools=self._tools
+            )
+            return self.codec.encode(self._prompt_text)
+        if self._env is not None:
+            new = with_notice(self._answers, notice)
+        else:
+            new = with_notice([{"role": "user", "content": observation}], notice)
+        self._prompt_text, ids = self.codec.continuation(
+            self._messages, new, self._tools, self._prompt_text
+        )
+        self._messages.extend(new)
+        return self._ids + ids
 
 
 def chat_model(path: str | Path, **options: Any) -> Any:

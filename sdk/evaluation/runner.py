@@ -479,7 +479,9 @@ class Evaluator:
                     left = None if blind else ep.state.turns_remaining
                     reply = await self._act(agent, obs, None if blind else turn.notice, left)
                     r = reply if isinstance(reply, AgentReply) else AgentReply(text=str(reply))
-                    result = await self._env(env.step, r.text)
+                    result = r.result  # set when the agent took the step itself
+                    if result is None:
+                        result = await self._env(env.step, r.text)
                     step = observed_step(result, r, latency_s=time.perf_counter() - ts)
                     traj.steps.append(step)
                     record_usage(turn, step)

@@ -31,6 +31,7 @@ from budgetmix import Budget, BudgetController, place_notice_openai_chat, render
 from budgetmix.adapters import run_agent
 from budgetmix.adapters._wire.chat import write_messages
 from budgetmix.environment import Task
+from budgetmix.evaluation import EvalConfig, Evaluator
 from budgetmix.ledger import Ledger
 from budgetmix.policies import NotifyEveryTurn
 from budgetmix.policies.samplers import FixedBudget
@@ -39,6 +40,7 @@ from budgetmix.training.chat import ChatCodec
 from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
 from budgetmix.training.models import load_pretrained
 from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.sampler import Generation as SampledIds
 
 TURNS = 4
 
@@ -180,3 +182,41 @@ def test_a_server_with_the_template_is_fed_the_same_ids(checkpoint: Path) -> Non
         fed = codec.encode(codec.render(wire, generation_prompt=True, tools=tools))
         assert fed == gen.contexts[turn], f"turn {turn + 1}"
         wire.append(write_messages([plain[assistant_at[turn]]])[0])
+
+
+def test_a_served_checkpoint_under_the_evaluator_is_fed_the_training_ids(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """``budgetmix eval --agent checkpoint`` on a tool environment: TrainedPolicyAgent under
+    the real Evaluator feeds the model the training rollout's ids every turn (tool messages,
+    the notice on the last one), and the environment is stepped once per turn, by the agent."""
+    gen, rollout, _codec = _training(checkpoint)
+    agent = serve.TrainedPolicyAgent.from_pretrained(checkpoint, max_new_tokens=64)
+    fed: list[list[int]] = []
+
+    def scripted(contexts: Any, max_new_tokens: int, episodes: Any = None) -> list[Any]:
+        fed.append(list(contexts[0]))
+        ids = tuple(gen.replies[len(fed) - 1])  # the demonstrator's ids, its stop id last
+        return [SampledIds(ids=ids, logprobs=(0.0,) * len(ids), stopped=True)]
+
+    agent.generator.generate_ids = scripted  # type: ignore[method-assign]
+    envs: list[LookupEnv] = []
+
+    def make_env() -> LookupEnv:
+        envs.append(LookupEnv())
+        return envs[-1]
+
+    tasks = [Task(task_id="lookup-0", seed=0, make_env=make_env)]
+    config = EvalConfig(budgets=(TURNS,), notice_format="v1", concurrency=1)
+    run = Evaluator(lambda: agent, tasks, config).run(tmp_path / "results.jsonl")
+    (record,) = run.records
+    assert record.success and record.turns_used == 3
+    assert len(fed) == len(gen.contexts) == 3
+    for turn, (served, trained) in enumerate(zip(fed, gen.contexts, strict=True), start=1):
+        assert served == trained, f"turn {turn}: first difference at " + str(
+            next(i for i, (a, b) in enumerate(zip(served, trained, strict=False)) if a != b)
+        )
+    assert agent._messages == list(rollout.messages)[: len(agent._messages)]
+    assert [m["role"] for m in agent._messages].count("tool") == 2
+    (env,) = envs  # the evaluator's one environment, stepped by the agent: 2 calls, 1 reply
+    assert env.steps == 3 and env.done and env.success
