@@ -18,6 +18,7 @@ here. ``tests/sdk/test_otel_shapes.py`` pins the shapes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -122,9 +123,15 @@ class Instrumentation:
     def episode_input(self, episode: object, task: Any) -> None:
         """``task`` (a string or messages: the last user text counts) is what the
         episode's span shows as its input, when ``episode`` captures content."""
-        trace_ = self.content_traces.get(episode)
-        if trace_ is not None:
-            trace_.task = task if isinstance(task, str) else last_text(input_messages(task), "user")
+        try:
+            trace_ = self.content_traces.get(episode)
+        except TypeError:  # not an Episode: nothing to tell
+            return
+        if trace_ is not None and isinstance(task, str):
+            trace_.task = task
+        elif trace_ is not None:
+            with contextlib.suppress(Exception):  # an unreadable message: no task shown
+                trace_.task = last_text(input_messages(task), "user")
 
 
 class EpisodeTrace:
@@ -407,7 +414,10 @@ def set_turn_content(
     (:mod:`budgetmix.genai_content` reads chat, Responses, Anthropic and neutral
     messages), credentials masked; the episode's trace learns its task and answer."""
     parts_in, parts_out = write_turn_content(span, inputs, outputs, system, finish_reason)
-    trace_ = inst.content_traces.get(episode)
+    try:
+        trace_ = inst.content_traces.get(episode)
+    except TypeError:  # a turn owner that is no Episode (cannot be weakly referenced)
+        return
     if trace_ is not None:
         trace_.turn_content(parts_in, parts_out, notice)
 

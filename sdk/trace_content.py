@@ -13,6 +13,8 @@ they live apart to keep each module short.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from budgetmix import semconv as sc
@@ -28,6 +30,8 @@ __all__ = [
     "set_outcome",
     "write_turn_content",
 ]
+
+_logger = logging.getLogger("budgetmix")
 
 #: Episode statuses that mark the episode span failed (status ERROR, ``error.type``):
 #: every one but ``success``.
@@ -57,15 +61,28 @@ def write_turn_content(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A turn's content on its span in the parts format (any of ``inputs``,
     ``outputs``, ``system`` may be None: not written); the parts written."""
-    parts_in = input_messages(inputs) if inputs is not None else []
-    parts_out = output_messages(outputs, finish_reason) if outputs is not None else []
-    if system is not None and (instructions := system_instructions(system)):
+    parts_in = _converted(input_messages, inputs)
+    parts_out = _converted(lambda m: output_messages(m, finish_reason), outputs)
+    instructions = _converted(system_instructions, system)
+    if instructions:
         set_content(span, sc.GEN_AI_SYSTEM_INSTRUCTIONS, instructions)
-    if inputs is not None:
+    if parts_in is not None:
         set_content(span, sc.GEN_AI_INPUT_MESSAGES, parts_in)
-    if outputs is not None:
+    if parts_out is not None:
         set_content(span, sc.GEN_AI_OUTPUT_MESSAGES, parts_out)
-    return parts_in, parts_out
+    return parts_in or [], parts_out or []
+
+
+def _converted(convert: Callable[[Any], list[dict[str, Any]]], value: Any) -> Any:
+    """``convert(value)``; None for None or when the value cannot be read (an object
+    whose attributes raise): capturing content never changes an episode's outcome."""
+    if value is None:
+        return None
+    try:
+        return convert(value)
+    except Exception:
+        _logger.debug("budgetmix: content not captured (unreadable value)", exc_info=True)
+        return None
 
 
 def set_episode_content(

@@ -308,6 +308,27 @@ def test_a_secret_in_a_message_is_masked() -> None:
     assert SECRET not in str(agent(exporter).attributes)
 
 
+class _Hostile:
+    """A message whose every attribute raises (an SDK object gone wrong)."""
+
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError(f"no {name}")
+
+
+def test_unreadable_content_is_left_out_and_changes_nothing() -> None:
+    controller, exporter = traced()
+    with controller.episode() as ep:
+        turn = ep.begin_turn(model="m")
+        turn.record_content(input_messages=[_Hostile()], output_messages=[_Hostile()])
+        turn.record_content(input_messages=[{"role": "user", "content": "fine"}])
+        ep.finish(success=True)
+    assert ep.result is not None and ep.result.success
+    (turn_span,) = chats(exporter)
+    (sent,) = check("input-messages", turn_span.attributes["gen_ai.input.messages"])
+    assert sent["parts"] == [{"type": "text", "content": "fine"}]
+    assert "gen_ai.output.messages" not in (turn_span.attributes or {})
+
+
 # -- outcomes a status filter finds ------------------------------------------------------
 @pytest.mark.parametrize(
     ("turns", "success", "status", "description"),
