@@ -158,3 +158,20 @@ async def test_concurrent_runs_keep_separate_budgets(server: FakeLLMServer, mode
     seen = notices(server)
     assert sum("of 2" in n for n in seen) == 2 and sum("of 3" in n for n in seen) == 3
     assert len(seen) == 5
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_a_grace_turn_gives_a_tool_less_final_answer(
+    server: FakeLLMServer, model: str
+) -> None:
+    server.push(*[Reply.call("add", {"a": 1, "b": 2})] * 2, Reply.say("wrap-up"))
+    controller = BudgetController(Budget(turns=2), exhaustion="grace")
+    agent = calc_agent(client_for(server, controller, "transport"), model)
+    async with controller.episode() as ep:
+        result = await agents.Runner.run(agent, "loop forever")
+    assert result.final_output == "wrap-up"
+    requests = [r.json for r in server.model_requests()]
+    assert len(requests) == 3  # T + 1: the grace turn
+    assert requests[-1].get("tool_choice") == "none" and "tool_choice" not in requests[0]
+    assert ep.result is not None and ep.result.grace_turn
+    assert ep.result.status is EpisodeStatus.BUDGET_EXHAUSTED and ep.result.stop_reason == "turns"
