@@ -259,31 +259,3 @@ def test_a_full_context_ends_the_episode_as_length(checkpoint: Path) -> None:
         *server.log[3].prompt_ids,
         *server.log[3].completion_ids,
     ]
-
-
-def test_the_example_trains_through_the_local_server(checkpoint: Path, tmp_path: Path) -> None:
-    """examples/server_rollouts.py as docs/training.md runs it: two RL steps, rolled out
-    through the controller and the local server, on the user's checkpoint and env."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    shutil.copytree(checkpoint, tmp_path / "base")
-    shutil.copy(root / "examples" / "user_env.py", tmp_path / "user_env.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path)}
-    script = str(root / "examples" / "server_rollouts.py")
-    proc = subprocess.run(
-        [sys.executable, script, "base", "user_env:Counter"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    steps, served = proc.stdout.splitlines()[0].split(), proc.stdout.splitlines()[1].split()
-    assert steps[:2] == ["steps", "2"] and int(steps[3]) >= 2  # two episodes, a request or more
-    assert int(served[-1]) >= 4  # both steps' requests reached the server
-    assert (tmp_path / "runs" / "server" / "final" / "manifest.json").is_file()
