@@ -265,6 +265,34 @@ def test_anthropic_wrapper_content() -> None:
     assert sent2[2]["parts"][0] == {"type": "tool_call_response", "id": use.id, "response": "5"}
 
 
+def test_streamed_chat_through_the_transport_content() -> None:
+    """The transport (any framework's HTTP client) records the same parts, streamed too."""
+    openai = pytest.importorskip("openai")
+    from budgetmix.adapters import BudgetTransport
+
+    fake, (controller, exporter) = _fake(), traced()
+    http = httpx.Client(transport=BudgetTransport(fake.transport(), controller))
+    client = openai.OpenAI(api_key="test", base_url="http://fake.test/v1", http_client=http)
+    tools = [{"type": "function", "function": {"name": "add", "parameters": ADD}}]
+    with controller.episode(name="transport", conversation_id="c-9") as ep:
+        stream = client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "2+3?"}], tools=tools,
+            stream=True, stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = list(stream)
+        ep.finish(success=True)
+    assert chunks
+    (turn,) = chats(exporter)
+    sent = check("input-messages", turn.attributes["gen_ai.input.messages"])
+    assert sent[0]["parts"] == [{"type": "text", "content": "2+3?"}]
+    assert sent[-1]["parts"][0]["content"].startswith("Budget")  # the notice, as sent
+    (reply,) = check("output-messages", turn.attributes["gen_ai.output.messages"])
+    assert reply["finish_reason"] == "tool_call"
+    assert reply["parts"][-1]["arguments"] == {"a": 2, "b": 3}
+    assert turn.attributes["gen_ai.conversation.id"] == "c-9"
+    assert (agent(exporter).attributes or {})["input.value"] == "2+3?"
+
+
 # -- the converter on its own -----------------------------------------------------------
 def test_odd_blocks_still_validate_and_secrets_stay_out() -> None:
     odd: list[Any] = [
