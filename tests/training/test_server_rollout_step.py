@@ -23,9 +23,10 @@ from budgetmix.ledger import Ledger
 from budgetmix.policies.samplers import FixedBudget
 from budgetmix.training import TrainConfig
 from budgetmix.training.algorithms import sequence_batch
+from budgetmix.training.generation import Generation, GenerationRequest
 from budgetmix.training.models import load_pretrained
 from budgetmix.training.openai_server import LocalOpenAIServer, ServedCompletion
-from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings
+from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
 from budgetmix.training.server_rollout import ServerEpisode, ServerRollouts
 from budgetmix.training.trainer import Trainer
 
@@ -117,6 +118,39 @@ def _check_against_server(rollouts: Sequence[Rollout], log: Sequence[ServedCompl
     return sum(_runs(r.response_mask) > 1 for r in rollouts)
 
 
+class _Replay:
+    """A generator that replies with given ids (each row's sampled completions, in order)."""
+
+    def __init__(self, rows: Sequence[Rollout], stops: Sequence[int]) -> None:
+        self.replies = [_completions(r) for r in rows]
+        self.stops = set(stops)
+
+    def generate(self, requests: Sequence[GenerationRequest], max_new_tokens: int) -> list[Any]:
+        out = []
+        for req in requests:
+            ids = self.replies[req.episode].pop(0)
+            out.append(Generation(tuple(ids), (0.0,) * len(ids), ids[-1] in self.stops))
+        return out
+
+
+def _completions(row: Rollout) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i, (t, m) in enumerate(zip(row.response_ids, row.response_mask, strict=True)):
+        if m and (i == 0 or not row.response_mask[i - 1]):
+            runs.append([])
+        if m:
+            runs[-1].append(t)
+    return runs
+
+
+def _replayed(trainer: Trainer, rows: Sequence[Rollout]) -> list[tuple[Any, ...]]:
+    """``rows``' episodes rolled out in-process (run_rollouts) with their own replies."""
+    specs = [EpisodeSpec(task=trainer._task(r.seed), budget=r.budget, group=r.group) for r in rows]
+    gen = _Replay(rows, trainer.codec.stop_token_ids)
+    out = run_rollouts(specs, gen, trainer.codec, trainer.settings)
+    return [(r.prompt_ids, r.response_ids, r.response_mask) for r in out]
+
+
 def test_an_rl_step_trains_the_ids_the_server_saw_and_returned(
     checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -155,6 +189,12 @@ def test_an_rl_step_trains_the_ids_the_server_saw_and_returned(
         assert [n.rsplit("\n", 1)[1] for n in notices] == expected[: len(notices)]
         rewards = {r.reward for r in seen}
         assert rewards == {0.0, 1.0} and record["phase"] == "rl"
+        # the production path fed the layout training uses: the same replies, played as an
+        # in-process training rollout, give the same ids, turn by turn
+        stitched_rows = [r for r in seen if _runs(r.response_mask) > 1]
+        assert _replayed(trainer, stitched_rows) == [
+            (r.prompt_ids, r.response_ids, r.response_mask) for r in stitched_rows
+        ]
         # the step changed the served weights: the server now samples the updated policy
         trainer.step += 1
         after = _probe(server)
