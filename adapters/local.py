@@ -45,6 +45,7 @@ from budgetmix.adapters.chat_template import (
     parse_tool_calls,
 )
 from budgetmix.exceptions import CheckpointError, ConfigError
+from budgetmix.policy import NoticePolicy
 
 __all__ = [
     "TOOL_CALL_CLOSE",
@@ -176,11 +177,16 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         chat_template: a template text instead of the tokenizer's (the one the model was
             trained with, when that was a training variant).
 
+    ``trained_notice`` (``None`` here) is the notice policy the model was trained with;
+    :func:`budgetmix.training.serve.chat_model` sets it from the checkpoint, and
+    ``run_agent`` then refuses a controller whose notice placement or format differs.
+
     Raises:
         ConfigError: the tokenizer has no chat template, or an argument is out of range.
     """
 
     provider_name: str = "transformers"
+    trained_notice: NoticePolicy | None = None
 
     def __init__(
         self,

@@ -32,14 +32,18 @@ executed (a ``model_format_error`` mistake; :attr:`AgentRun.ignored_tool_calls`)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from budgetmix.adapters._agent_setup import ToolLike, prepare
+from budgetmix.adapters._loop_support import (
+    check_trained_notice,
+    record_content,
+    sendable,
+    tool_pool,
+)
 from budgetmix.adapters.base import (
     AsyncChatModel,
     ChatMessage,
@@ -58,7 +62,6 @@ from budgetmix.adapters.tools import (
     render_tool_error,
     render_tool_result,
     run_prepared,
-    sendable_text,
 )
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
@@ -189,8 +192,8 @@ class _AgentLoop:
         """Digest a response: ``None`` ends the run, otherwise the tool batch to run."""
         self._record_usage(turn, response)
         if self.episode.controller.capture_content and self._sent is not None:
-            _record_content(turn, self._sent, response)
-        response = _sendable(response)  # it goes back to the model with the history
+            record_content(turn, self._sent, response)
+        response = sendable(response)  # it goes back to the model with the history
         self._append(
             ChatMessage(role="assistant", content=response.text, tool_calls=response.tool_calls)
         )
@@ -311,52 +314,46 @@ class _AgentLoop:
             self._tool_message(req, reason, is_error=True)
 
 
-# -- what both drivers share ----------------------------------------------------------
-def _record_content(turn: Turn, sent: ModelRequest, response: ModelResponse) -> None:
-    """The turn's request and reply on its span (content capture): the history as sent,
-    an ephemeral notice as the trailing user message the model adapter adds."""
-    messages: list[ChatMessage] = list(sent.messages)
-    if sent.notice:
-        messages.append(ChatMessage(role="user", content=sent.notice))
-    reply = ChatMessage(role="assistant", content=response.text, tool_calls=response.tool_calls)
-    turn.record_content(
-        input_messages=messages, output_messages=[reply], finish_reason=response.finish_reason
+def _open_loop(
+    model: Any,
+    tools: Toolbox | Iterable[ToolLike],
+    task: str | Sequence[ChatMessage],
+    budget: Budget | BudgetController,
+    *,
+    judge: Judge | None,
+    pricing: Pricing | None,
+    **options: Any,
+) -> _AgentLoop:
+    """The run's loop over what :func:`~budgetmix.adapters._agent_setup.prepare` opens,
+    once the model's trained notice agrees with the controller's
+    (:func:`~budgetmix.adapters._loop_support.check_trained_notice`).
+
+    Raises:
+        ConfigError: as :func:`run_agent`.
+    """
+    episode, toolbox, history = prepare(model, tools, task, budget, **options)
+    check_trained_notice(model, episode.controller.notice)
+    return _AgentLoop(
+        episode, toolbox, history, model_name=str(model.model_name), judge=judge, pricing=pricing
     )
 
 
-def _sendable(response: ModelResponse) -> ModelResponse:
-    """``response`` with its text and tool calls as text an SDK can encode (a lone
-    surrogate, which JSON can escape, as U+FFFD); the same object when nothing changes."""
-    text = sendable_text(response.text)
-    calls = tuple(
-        ToolCallRequest(
-            id=sendable_text(c.id),
-            name=sendable_text(c.name),
-            arguments=sendable_text(c.arguments),
-        )
-        for c in response.tool_calls
-    )
-    if text == response.text and calls == response.tool_calls:
-        return response
-    return replace(response, text=text, tool_calls=calls)
-
-
-@contextlib.contextmanager
-def _tool_pool(max_parallel: int) -> Iterator[Callable[[], ThreadPoolExecutor]]:
-    """A factory of one thread pool for the sync tools, started on first use and shut
-    down (its tools finished) when the run ends."""
-    pool: list[ThreadPoolExecutor] = []
-
-    def factory() -> ThreadPoolExecutor:
-        if not pool:
-            pool.append(ThreadPoolExecutor(max_parallel, thread_name_prefix="budgetmix-tool"))
-        return pool[0]
-
-    try:
-        yield factory
-    finally:
-        for p in pool:
-            p.shutdown(wait=True)
+def _drive(
+    loop: _AgentLoop, model: ChatModel, max_parallel: int, sleep: Callable[[float], None] | None
+) -> AgentRun:
+    """:func:`run_agent`'s turns: one ``model.complete`` call each, sync tools in a pool."""
+    with tool_pool(max_parallel) as pool, loop.episode:
+        while (turn := loop.next_turn()) is not None:
+            with turn:
+                r = loop.request(turn)
+                send = functools.partial(
+                    model.complete, r.messages, r.tools, notice=r.notice, tool_choice=r.tool_choice
+                )
+                batch = loop.on_response(turn, turn.call(send, sleep=sleep))
+                if batch is None:
+                    break
+                loop.on_outcomes(batch, run_prepared([p.prepared for p in batch], pool))
+    return loop.run_result()
 
 
 # -- drivers ---------------------------------------------------------------------------
@@ -396,30 +393,21 @@ def run_agent(
         the :class:`AgentRun`; a spent budget is an outcome, not an error.
 
     Raises:
-        ConfigError: invalid arguments, an async-only model, or a cost limit on a
-            model without a known price.
+        ConfigError: invalid arguments, an async-only model, a cost limit on a model
+            without a known price, or a model whose ``trained_notice`` (a checkpoint
+            trained with budgetmix) has another placement or format than the
+            controller's notice policy (docs/layout.md).
         ProviderError: the model failed after retries (episode status ``error``).
         BudgetExhausted: the budget ran out and the controller's exhaustion is ``"raise"``.
     """
     if not callable(getattr(model, "complete", None)):
         raise ConfigError(f"model {model!r} has no complete(); use arun_agent for async models")
-    loop = _AgentLoop(*prepare(
-        model, tools, task, budget, system=system, max_parallel=max_parallel,
-        exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
-        conversation_id=conversation_id,
-    ), model_name=str(model.model_name), judge=judge, pricing=pricing)  # fmt: skip
-    with _tool_pool(max_parallel) as pool, loop.episode:
-        while (turn := loop.next_turn()) is not None:
-            with turn:
-                r = loop.request(turn)
-                send = functools.partial(
-                    model.complete, r.messages, r.tools, notice=r.notice, tool_choice=r.tool_choice
-                )
-                batch = loop.on_response(turn, turn.call(send, sleep=sleep))
-                if batch is None:
-                    break
-                loop.on_outcomes(batch, run_prepared([p.prepared for p in batch], pool))
-    return loop.run_result()
+    loop = _open_loop(
+        model, tools, task, budget, judge=judge, pricing=pricing, system=system,
+        max_parallel=max_parallel, exhaustion=exhaustion, extension=extension, name=name,
+        metadata=metadata, conversation_id=conversation_id,
+    )  # fmt: skip
+    return _drive(loop, model, max_parallel, sleep)
 
 
 async def arun_agent(
@@ -451,11 +439,11 @@ async def arun_agent(
     complete = getattr(model, "complete", None)
     if not callable(acomplete) and not callable(complete):
         raise ConfigError(f"model {model!r} has neither acomplete() nor complete()")
-    loop = _AgentLoop(*prepare(
-        model, tools, task, budget, system=system, max_parallel=max_parallel,
-        exhaustion=exhaustion, extension=extension, name=name, metadata=metadata,
-        conversation_id=conversation_id,
-    ), model_name=str(model.model_name), judge=judge, pricing=pricing)  # fmt: skip
+    loop = _open_loop(
+        model, tools, task, budget, judge=judge, pricing=pricing, system=system,
+        max_parallel=max_parallel, exhaustion=exhaustion, extension=extension, name=name,
+        metadata=metadata, conversation_id=conversation_id,
+    )  # fmt: skip
 
     async def call_model(req: ModelRequest) -> ModelResponse:
         kwargs: dict[str, Any] = {"notice": req.notice, "tool_choice": req.tool_choice}

@@ -64,6 +64,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--sft-data", help="recorded episodes (JSONL) to learn from in the SFT steps"
     )
+    parser.add_argument(
+        "--chat-template",
+        help="a Jinja chat template file to train with instead of the tokenizer's own "
+        "(a prefix-stable training variant); the trained checkpoint keeps it",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -105,6 +110,9 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, tuple[str, Any]]:
         found["env_kwargs"] = ("--env-kwargs", json_object("--env-kwargs", args.env_kwargs))
     if args.sft_data is not None:
         found["sft_data"] = ("--sft-data", str(readable_file("--sft-data", args.sft_data)))
+    if args.chat_template is not None:
+        path = readable_file("--chat-template", args.chat_template)
+        found["chat_template"] = ("--chat-template", str(path))
     return found
 
 
@@ -121,7 +129,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     Each value is checked against the flag it came from: the file (``--config``),
     the preset (``--preset``), the overrides (``--set``), ``--env``,
-    ``--env-kwargs``, ``--sft-data``, ``--output-dir``; a local
+    ``--env-kwargs``, ``--sft-data``, ``--chat-template``, ``--output-dir``; a local
     ``model_path`` must be a model directory (never looked up on a model hub).
 
     Raises:

@@ -86,6 +86,9 @@ class TrainConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     dtype: str = "float32"
+    # a Jinja chat template file used instead of the tokenizer's own (a prefix-stable
+    # training variant); saved into the trained checkpoint's tokenizer (docs/layout.md)
+    chat_template: str | None = None
     # LoRA: true (rank lora_rank, attention projections), peft.LoraConfig kwargs, or a
     # LoraConfig (stored as its kwargs); see budgetmix.training.lora
     lora: bool | Mapping[str, Any] = False
@@ -142,6 +145,10 @@ class TrainConfig:
             check_choice(f"TrainConfig.{name}", getattr(self, name), allowed)
         check_choice("TrainConfig.notice_format", self.notice_format, NOTICE_FORMATS)
         self._check_env()
+        if self.chat_template is not None:
+            check_str("TrainConfig.chat_template", self.chat_template, empty=False)
+            if not Path(self.chat_template).is_file():
+                raise ConfigError(f"TrainConfig.chat_template: no file {self.chat_template!r}")
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         object.__setattr__(self, "sampler", dict(self.sampler))
         if self.lora is not False:
@@ -178,6 +185,21 @@ class TrainConfig:
                 f"TrainConfig.sft_steps must be 0 for env {self.env!r}: it has no scripted "
                 "demonstrator to imitate (or give sft_data, recorded episodes to learn from)"
             )
+
+    def chat_template_text(self) -> str | None:
+        """The text of the ``chat_template`` file (``None`` without one).
+
+        Raises:
+            ConfigError: the file cannot be read as UTF-8 text (the message names it).
+        """
+        if self.chat_template is None:
+            return None
+        try:
+            return Path(self.chat_template).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"TrainConfig.chat_template: cannot read {self.chat_template!r}: {exc}"
+            ) from None
 
     def budget_sampler(self) -> BudgetSampler:
         """The sampler ``sampler`` describes (fixed, budgetmix or percentile)."""

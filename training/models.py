@@ -147,7 +147,8 @@ def apply_lora(
 
 
 def build_policy(config: TrainConfig) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer."""
+    """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer;
+    the tokenizer's chat template is ``chat_template``'s file when the config names one."""
     from budgetmix.training.tokenizer import build_char_tokenizer
 
     if config.model_path is not None:
@@ -163,6 +164,9 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
             max_positions=max(2048, config.max_total_tokens),
         )
         model = build_tiny_model(spec, tokenizer, seed=config.seed)
+    template = config.chat_template_text()
+    if template is not None:  # trained with it, and saved with the tokenizer for serving
+        tokenizer.chat_template = template
     if config.lora is not False:
         import torch
         from budgetmix.training.lora import lora_config

@@ -1,9 +1,13 @@
-"""What environment a trained model directory was trained on, and whether it matches another.
+"""What a trained model directory was trained on, and whether it matches another.
 
-The trainer writes :data:`TRAINING_ENV_FILE` (``{"env": name, "env_kwargs": {...}}``)
-into every ``final/`` model directory (listed in its manifest like any other
-file); :func:`env_differences` tells a diagnostic that evaluates the model on
-another map or slip rate what differs, so it can say so. Imports nothing heavy.
+The trainer writes :data:`TRAINING_ENV_FILE` (``{"env": name, "env_kwargs": {...},
+"notice": {"placement": ..., "format": ...}}``) into every ``final/`` model directory
+(listed in its manifest like any other file). :func:`env_differences` tells a
+diagnostic that evaluates the model on another map or slip rate what differs, so it
+can say so; :func:`read_training_notice` gives the notice placement and format the
+model was trained with, which a deployment should use
+(:func:`budgetmix.training.serve.deployment_notice`, docs/layout.md). Imports
+nothing heavy.
 """
 
 from __future__ import annotations
@@ -13,16 +17,37 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRAINING_ENV_FILE", "env_differences", "read_training_env", "write_training_env"]
+from budgetmix._validate import check_choice
+from budgetmix.exceptions import ConfigError
+from budgetmix.notice import NOTICE_FORMATS, NOTICE_PLACEMENTS
+
+__all__ = [
+    "TRAINING_ENV_FILE",
+    "env_differences",
+    "read_training_env",
+    "read_training_notice",
+    "write_training_env",
+]
 
 #: The file in a model directory that names the environment it was trained on.
 TRAINING_ENV_FILE = "training_env.json"
 
 
-def write_training_env(model_dir: str | Path, env: str, env_kwargs: Mapping[str, Any]) -> Path:
-    """Write :data:`TRAINING_ENV_FILE` into ``model_dir``; returns its path."""
+def write_training_env(
+    model_dir: str | Path,
+    env: str,
+    env_kwargs: Mapping[str, Any],
+    *,
+    notice_format: str | None = None,
+    notice_placement: str = "observation",
+) -> Path:
+    """Write :data:`TRAINING_ENV_FILE` into ``model_dir``; returns its path. With a
+    ``notice_format`` the file also records the notice (placement and format) the
+    model was trained with."""
     path = Path(model_dir) / TRAINING_ENV_FILE
-    data = {"env": env, "env_kwargs": dict(env_kwargs)}
+    data: dict[str, Any] = {"env": env, "env_kwargs": dict(env_kwargs)}
+    if notice_format is not None:
+        data["notice"] = {"placement": notice_placement, "format": notice_format}
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
 
@@ -41,6 +66,31 @@ def read_training_env(model_dir: str | Path) -> dict[str, Any] | None:
     ):
         return None
     return {"env": data["env"], "env_kwargs": dict(data.get("env_kwargs", {}))}
+
+
+def read_training_notice(model_dir: str | Path) -> dict[str, str] | None:
+    """The notice ``{"placement", "format"}`` ``model_dir`` was trained with; ``None`` when
+    its :data:`TRAINING_ENV_FILE` is absent or records none (a model not trained here, or
+    trained before the file recorded it).
+
+    Raises:
+        ConfigError: the file records a notice with an unknown placement or format (the
+            message names the file and the field).
+    """
+    path = Path(model_dir) / TRAINING_ENV_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    notice = data.get("notice") if isinstance(data, dict) else None
+    if notice is None:
+        return None
+    where = f"{path}: notice"
+    if not isinstance(notice, dict):
+        raise ConfigError(f"{where} must be an object with placement and format")
+    placement = check_choice(f"{where}.placement", notice.get("placement"), NOTICE_PLACEMENTS)
+    fmt = check_choice(f"{where}.format", notice.get("format"), sorted(NOTICE_FORMATS))
+    return {"placement": placement, "format": fmt}
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -17,23 +17,26 @@ Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
 * :func:`chat_model` loads the checkpoint as a
   :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
   (``run_agent``), the deployment of tool-calling environments. Give the
-  controller the notice placement the model was trained with,
-  ``NotifyEveryTurn(placement="observation")``: then the model is fed, turn by
-  turn, the ids a training rollout of the same episode holds (docs/layout.md).
+  controller the notice the model was trained with, :func:`deployment_notice`
+  (``NotifyEveryTurn(format=..., placement="observation")``, read from the
+  checkpoint's ``training_env.json``): then the model is fed, turn by turn, the
+  ids a training rollout of the same episode holds (docs/layout.md); ``run_agent``
+  refuses another placement or format.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from budgetmix.adapters.base import ToolSpec
 from budgetmix.environment import AgentReply, Environment
 from budgetmix.exceptions import BudgetmixError, ConfigError
-from budgetmix.notice import append_notice
+from budgetmix.notice import NoticePlacement, append_notice
+from budgetmix.policy import NotifyEveryTurn
 from budgetmix.training.env_turn import environment_answer, reply_message, with_notice
 
-__all__ = ["TrainedPolicyAgent", "chat_model"]
+__all__ = ["TrainedPolicyAgent", "chat_model", "deployment_notice"]
 
 
 class TrainedPolicyAgent:
@@ -50,6 +53,8 @@ class TrainedPolicyAgent:
     """
 
     sees_budget = True
+    #: The notice policy the checkpoint was trained with (:meth:`from_pretrained` sets it).
+    trained_notice: NotifyEveryTurn | None = None
 
     def __init__(
         self,
@@ -85,7 +90,9 @@ class TrainedPolicyAgent:
         """Load a checkpoint directory (safetensors; never downloads, never unpickles).
 
         A directory with a ``manifest.json`` (every ``final/`` that training writes)
-        is verified file by file first.
+        is verified file by file first. ``trained_notice`` is set to
+        :func:`deployment_notice` of ``path``: give the evaluator or controller its
+        format (the agent always places the notice as training did, in the observation).
 
         Raises:
             ConfigError: ``path`` is not a local directory, or a bad option.
@@ -94,7 +101,9 @@ class TrainedPolicyAgent:
         from budgetmix.training.models import load_pretrained
 
         model, tokenizer = load_pretrained(path)
-        return cls(model, tokenizer, **options)
+        agent = cls(model, tokenizer, **options)
+        agent.trained_notice = deployment_notice(path)
+        return agent
 
     def start(self, env: Environment, seed: int) -> None:
         """Begin an episode in ``env`` (called once per episode by the evaluator, after
@@ -165,8 +174,30 @@ class TrainedPolicyAgent:
         return self._ids + ids
 
 
+def deployment_notice(path: str | Path) -> NotifyEveryTurn | None:
+    """The notice policy the checkpoint at ``path`` was trained with:
+    ``NotifyEveryTurn(format=..., placement=...)`` from its ``training_env.json``, the one
+    to give the controller that deploys it; ``None`` when the directory records none (a
+    model not trained with budgetmix, or trained before the file recorded it).
+
+    Raises:
+        ConfigError: the file records an unknown placement or format.
+    """
+    from budgetmix.training.provenance import read_training_notice
+
+    notice = read_training_notice(path)
+    if notice is None:
+        return None
+    placement = cast("NoticePlacement", notice["placement"])
+    return NotifyEveryTurn(format=notice["format"], placement=placement)
+
+
 def chat_model(path: str | Path, **options: Any) -> Any:
     """The checkpoint as a :class:`~budgetmix.adapters.local.LocalChatModel` (never downloads).
+
+    Its ``trained_notice`` is :func:`deployment_notice` of ``path``: ``run_agent`` refuses
+    a controller whose notice placement or format differs from it (set it to ``None`` to
+    deploy the model otherwise on purpose).
 
     Raises:
         ConfigError: ``path`` is not a local directory, or a bad option.
@@ -174,4 +205,6 @@ def chat_model(path: str | Path, **options: Any) -> Any:
     """
     from budgetmix.adapters.local import LocalChatModel
 
-    return LocalChatModel.from_pretrained(path, local_files_only=True, **options)
+    model = LocalChatModel.from_pretrained(path, local_files_only=True, **options)
+    model.trained_notice = deployment_notice(path)
+    return model

@@ -409,7 +409,13 @@ class Trainer:
             policy = copy.deepcopy(policy).merge_and_unload()
         policy.save_pretrained(str(staged), safe_serialization=True)
         self.tokenizer.save_pretrained(str(staged))
-        write_training_env(staged, self.config.env, self.config.env_kwargs)
+        write_training_env(
+            staged,
+            self.config.env,
+            self.config.env_kwargs,
+            notice_format=self.settings.notice_format,
+            notice_placement=self.settings.notice_placement,
+        )
         return publish_directory(staged, d)
 
     def evaluate(self, episodes_per_budget: int) -> dict[str, Any]:
