@@ -78,8 +78,10 @@ _NOT_YOURS = frozenset({MistakeKind.UNKNOWN_TOOL, MistakeKind.INVALID_TOOL_ARGUM
 class ServerEpisode:
     """What an agent loop gets to play one episode: the environment (reset), its task
     (the first user message), the controller, the environment's deployed tools, the
-    ``run_agent`` chat model, a client budgeted by the controller, and the request
-    options (``model``, ``max_tokens``, ``temperature``) a loop of its own should send."""
+    ``run_agent`` chat model, a client budgeted by the controller, the request options
+    (``model``, ``max_tokens``, ``temperature``) a loop of its own should send, and the
+    server's ``base_url`` (for a framework's own client: its HTTP transport
+    ``BudgetTransport(TokenCapture(), controller)`` records the ids the same way)."""
 
     env: ToolEnv
     task: str
@@ -88,6 +90,7 @@ class ServerEpisode:
     chat_model: OpenAIChatModel
     client: Any
     request_options: dict[str, Any]
+    base_url: str = ""
 
 
 #: An agent loop: plays the episode, returns run_agent's AgentRun or the episode's result.
@@ -261,6 +264,7 @@ class ServerRollouts:
             ),
             client=budgeted(self.client, controller),
             request_options=options,
+            base_url=str(self.client.base_url),
         )
         token = token_log.set(slot)
         try:

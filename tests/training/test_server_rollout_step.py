@@ -299,3 +299,42 @@ def test_a_full_context_ends_the_episode_as_length(checkpoint: Path) -> None:
         *server.log[3].prompt_ids,
         *server.log[3].completion_ids,
     ]
+
+
+def _framework_loop(ep: ServerEpisode) -> Any:
+    """A framework's own OpenAI client over the budget transport (the framework path):
+    ``BudgetTransport(TokenCapture(), controller)`` charges the turns, places the notices,
+    and records the ids."""
+    import openai
+    from budgetmix.adapters import BudgetTransport
+    from budgetmix.training.server_tokens import TokenCapture
+
+    http: Any = httpx.Client(transport=BudgetTransport(TokenCapture(), ep.controller))
+    client = openai.OpenAI(base_url=ep.base_url, api_key="x", http_client=http, max_retries=0)
+    history: list[dict[str, Any]] = [{"role": "user", "content": ep.task}]
+    with ep.controller.episode() as episode:
+        for _ in range(3):
+            reply = client.chat.completions.create(messages=history, **ep.request_options)
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+            history.append({"role": "user", "content": "Again."})
+    client.close()
+    return episode.result
+
+
+def test_a_framework_client_over_the_budget_transport(checkpoint: Path) -> None:
+    model, tokenizer = load_pretrained(checkpoint)
+    with LocalOpenAIServer(model, tokenizer) as server:
+        driver = ServerRollouts(
+            server.base_url,
+            "local",
+            settings=RolloutSettings(max_new_tokens=8),
+            agent=_framework_loop,
+            max_parallel=1,
+        )
+        task = Task(task_id="pick-0", seed=0, make_env=PickEnv)
+        rows = driver([EpisodeSpec(task=task, budget=FixedBudget(3).sample(random.Random(0)))])
+        assert driver.report.requests == len(server.log) == 3
+        _check_against_server(rows, server.log)
+    users = [m["content"] for m in rows[-1].messages if m["role"] == "user"]
+    assert "turn 1 of 3" in users[0] and "turn 3 of 3" in users[2]  # placed by the transport
+    assert rows[0].num_turns == 3
