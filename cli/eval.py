@@ -109,7 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument("--temperature", type=float, help="sampling temperature for model agents")
     p.add_argument("--max-new-tokens", type=int, help="generation cap per turn (agent local)")
-    p.add_argument("--notice", help="notice format: v1, v1-compact or none")
+    p.add_argument(
+        "--notice",
+        help="notice format: v1, v1-compact or none (default v1; for --agent checkpoint the "
+        "format its training_env.json records)",
+    )
     p.add_argument("--seed", type=int, help="base seed (default 0)")
     p.add_argument(
         "--env-seed-mode", choices=("task", "sample"), help="env reset seed per task or per sample"
@@ -411,9 +415,20 @@ def build_agent_factory(cfg: Mapping[str, Any]) -> tuple[AgentFactory, dict[str,
     return build(cfg, ident), ident
 
 
+def _default_notice(cfg: Mapping[str, Any]) -> str:
+    """``v1``, or for a checkpoint agent the format its ``training_env.json`` records."""
+    if cfg.get("agent") == "checkpoint" and cfg.get("model"):
+        from budgetmix.training.serve import deployment_notice
+
+        trained = deployment_notice(cfg["model"])
+        if trained is not None:
+            return trained.format
+    return "v1"
+
+
 def _eval_config(cfg: Mapping[str, Any], agent_ident: Mapping[str, Any]) -> EvalConfig:
     env = str(cfg["env"])
-    notice = cfg.get("notice", "v1")
+    notice = cfg["notice"] if "notice" in cfg else _default_notice(cfg)
     return EvalConfig(
         budgets=tuple(cfg["budgets"]),
         samples=int(cfg.get("samples", 1)),

@@ -141,3 +141,21 @@ def test_chat_template_must_name_a_file(tmp_path: Path) -> None:
     assert config.chat_template == str(VARIANT_FILE)
     assert config.chat_template_text() == VARIANT
     assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+def test_eval_of_the_checkpoint_on_its_tool_environment_uses_its_notice(
+    trained: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``budgetmix eval --agent checkpoint`` on the tool environment: without ``--notice``
+    the notice format is the one the checkpoint records; an explicit one wins."""
+    from budgetmix.cli import main
+
+    _, final = trained
+    for extra, expected in (([], "v1-compact"), (["--notice", "v1"], "v1")):
+        out = tmp_path / expected
+        argv = ["eval", "--agent", "checkpoint", "--model", str(final), "--max-new-tokens", "4"]
+        argv += ["--env", "_layout_fixtures:LookupEnv", "--budgets", "2", "--tasks", "1"]
+        argv += ["--out", str(out), "--no-plots", "--no-progress", *extra]
+        assert main(argv) == 0, capsys.readouterr().err
+        header = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+        assert header["identity"]["notice_format"] == expected
