@@ -267,15 +267,22 @@ class ServerRollouts:
             base_url=str(self.client.base_url),
         )
         token = token_log.set(slot)
+        full = False
         try:
             outcome: AgentRun | EpisodeResult | None = self.agent(episode)
         except ProviderError as exc:
             if not _context_full(exc):
                 raise
             outcome = None  # the context is full: truncated, as a training rollout is
+            full = True
         finally:
             token_log.reset(token)
         result = outcome.result if isinstance(outcome, AgentRun) else outcome
+        if not full and not isinstance(result, EpisodeResult):
+            raise ConfigError(
+                "ServerRollouts: the agent must return run_agent's AgentRun or the episode's "
+                f"EpisodeResult, got {type(outcome).__name__}"
+            )
         mistakes: dict[int, MistakeKind] = {}
         for m in result.mistakes if result is not None else ():
             mistakes.setdefault(m.turn, m.kind)

@@ -131,7 +131,15 @@ class TokenCapture(httpx.BaseTransport):
         if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
             return self.inner.handle_request(request)
         body = json.loads(request.read() or b"{}")
-        if not isinstance(body, dict) or body.get("stream"):
+        if not isinstance(body, dict):
+            return self.inner.handle_request(request)
+        slot = token_log.get()
+        if body.get("stream") and slot is not None and slot.error is None:
+            slot.error = ConfigError(
+                "server rollouts read whole responses: a Chat Completions request with "
+                "stream=true has no token ids to train on (send stream=false)"
+            )
+        if body.get("stream"):
             return self.inner.handle_request(request)
         body = {**TOKEN_FIELDS, **body}
         headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
@@ -145,7 +153,6 @@ class TokenCapture(httpx.BaseTransport):
         response = self.inner.handle_request(sent)
         content = response.read()
         response.close()
-        slot = token_log.get()
         if slot is not None and response.status_code == 200 and slot.error is None:
             try:
                 slot.exchanges.append(exchange_of(body, json.loads(content)))

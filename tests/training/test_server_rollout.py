@@ -148,3 +148,47 @@ def test_a_text_environment_is_refused() -> None:
     spec = EpisodeSpec(task=task, budget=FixedBudget(2).sample(random.Random(0)))
     with pytest.raises(ConfigError, match="not a ToolEnv"):
         driver([spec])
+
+
+def _vllm_server(request: httpx.Request) -> httpx.Response:
+    """A vLLM-shaped server: one reply, ids and log-probs included (streamed when asked)."""
+    body = json.loads(request.content)
+    if body.get("stream"):
+        chunk = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "Done."}, "finish_reason": "stop"}],
+        }
+        text = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+        return httpx.Response(200, text=text, headers={"content-type": "text/event-stream"})
+    reply = _vllm_body([1, 2, 3], [7, 8])
+    reply |= {"id": "c", "object": "chat.completion", "created": 0, "model": "m"}
+    reply["usage"] = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    return httpx.Response(200, json=reply)
+
+
+def test_a_streamed_request_or_a_loop_without_a_result_is_refused() -> None:
+    def streaming(ep: Any) -> Any:
+        with ep.controller.episode() as episode:
+            stream = ep.client.chat.completions.create(
+                messages=[{"role": "user", "content": ep.task}], stream=True, **ep.request_options
+            )
+            for _ in stream:
+                pass
+        return episode.result
+
+    transport = httpx.MockTransport(_vllm_server)
+    driver = ServerRollouts("http://127.0.0.1:9/v1", "m", agent=streaming, transport=transport)
+    with pytest.raises(ConfigError, match="stream=true"):
+        driver(_specs(1))
+    silent = ServerRollouts(
+        "http://127.0.0.1:9/v1", "m", agent=lambda ep: None, transport=transport
+    )
+    with pytest.raises(ConfigError, match="must return"):
+        silent(_specs(1))
+    # the default loop over the same server: one turn, its ids, the env's verdict
+    (row,) = ServerRollouts("http://127.0.0.1:9/v1", "m", transport=transport)(_specs(1))
+    assert (row.prompt_ids, row.response_ids, row.response_mask) == ((1, 2, 3), (7, 8), (1, 1))
+    assert row.termination == "failure" and row.num_turns == 1  # "hi" before any even pick
