@@ -76,6 +76,7 @@ def test_training_uses_the_template_file_and_the_checkpoint_keeps_it(
     assert trainer.codec.template.template == VARIANT
     assert load_pretrained(base)[1].chat_template == OFFICIAL  # the base is untouched
     assert load_pretrained(final)[1].chat_template == VARIANT
+    assert (final / "chat_template.jinja").read_text() == VARIANT  # a server started on it
     assert serve.chat_model(final).template.template == VARIANT
 
 
