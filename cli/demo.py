@@ -62,7 +62,11 @@ def _parser() -> CliParser:
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="reduced run (about a minute; CI)")
-    size.add_argument("--full", action="store_true", help="more seeds and samples")
+    size.add_argument(
+        "--full",
+        action="store_true",
+        help="more seeds and samples (train stage: the preregistered full design, 8 seeds)",
+    )
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument(
         "--stages",

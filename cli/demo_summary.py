@@ -57,14 +57,25 @@ def _grid_line(grid: Mapping[str, Any]) -> str:
 def _train_lines(train: Mapping[str, Any]) -> list[str]:
     report = train["report"]
     lines = []
-    arms = sorted({row["arm"] for row in report["comparison"]})
+    vs_fixed = [r for r in report["comparison"] if r.get("versus", "fixed") == "fixed"]
+    arms = sorted({row["arm"] for row in vs_fixed})
     for arm in arms:
-        rows = [r for r in report["comparison"] if r["arm"] == arm]
+        rows = [r for r in vs_fixed if r["arm"] == arm]
         diffs = " / ".join(f"{100 * r['diff']:+.1f}" for r in rows)
         fractions = " / ".join(f"{r['fraction']}" for r in rows)
         lines.append(f"3. {arm} minus fixed, pass@1 points: {diffs} at {fractions} of the ceiling")
     if not arms:
         lines.append("3. experiment: no fixed-vs-BudgetMix comparison in this preset")
+    primary = report.get("stats", {}).get("primary")
+    if primary:
+        lines.append(
+            f"   primary endpoint (prereg, {primary['n']} seeds): {100 * primary['mean']:+.1f} "
+            f"[{100 * primary['lo']:+.1f}, {100 * primary['hi']:+.1f}] points, p {primary['p']:.3f}"
+        )
+    sens = report.get("diagnostics", {}).get("sensitivity") or {}
+    if sens:
+        shown = ", ".join(f"{arm} {s['mean']:+.2f}" for arm, s in sens.items())
+        lines.append(f"   budget sensitivity at the start cell (oracle 1, blind 0): {shown}")
     deployed = train.get("deployed")
     if deployed:
         lines.append(f"4. deployed checkpoint: success {_rates(deployed)}")
@@ -97,9 +108,7 @@ def summary_lines(out: Path, results: DemoResults) -> list[str]:
     if results.train:
         lines.extend(_train_lines(results.train))
     lines.append(f"Written to {out}:")
-    lines.append(
-        f"  traces   {results.traces}"
-    )
+    lines.append(f"  traces   {results.traces}")
     if results.controller:
         lines.append(f"  support  {out / 'controller.json'}")
     if results.grid:

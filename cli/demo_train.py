@@ -42,7 +42,11 @@ def _print_comparison(console: Console, report: Any) -> None:
     table.add_column("paper")
     paper = {"25%": "+7.5", "50%": "+5.3", "75%": "+4.0", "100%": "~0"}
     cell = {(r["arm"], r["fraction"]): r for r in report.grid if r["k"] == 1}
-    diff = {(r.get("arm", "budgetmix"), r["fraction"]): r for r in report.comparison}
+    diff = {
+        (r.get("arm", "budgetmix"), r["fraction"]): r
+        for r in report.comparison
+        if r.get("versus", "fixed") == "fixed"
+    }
     for frac, budget in report.budgets.items():
         row = [f"{frac} (T={budget})"]
         for arm in arms:
@@ -64,6 +68,39 @@ def _print_comparison(console: Console, report: Any) -> None:
     console.print(table)
 
 
+def _print_endpoints(console: Console, report: Any) -> None:
+    """The preregistered endpoints (docs/prereg.md) and the start-cell budget sensitivity."""
+    table = Table(title="Preregistered: mean paired per-seed difference over 25-75% (points)")
+    for col in ("A - B", "seeds", "mean [95% t]", "p"):
+        table.add_column(col)
+    for c in report.stats.get("contrasts", []):
+        table.add_row(
+            f"{c['arm']} - {c['versus']}",
+            str(c["n"]),
+            f"{100 * c['mean']:+.1f} [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]",
+            f"{c['p']:.3f}",
+        )
+    console.print(table)
+    sens = report.diagnostics.get("sensitivity") or {}
+    if sens:
+        table = Table(title="Budget sensitivity at the start cell (oracle 1, budget-blind 0)")
+        for col in ("arm", "mean [95% t]", "per seed", "noise floor"):
+            table.add_column(col)
+        for arm, s in sens.items():
+            table.add_row(
+                arm,
+                f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]",
+                " ".join(f"{r['sensitivity']:+.2f}" for r in s["per_seed"]),
+                f"{max(s['noise_floors']):.2f}",
+            )
+        console.print(table)
+    collapses = report.stats.get("collapses", {})
+    console.print(
+        "collapsed runs (kept): "
+        + ", ".join(f"{a} {c['collapsed']}/{c['runs']}" for a, c in collapses.items())
+    )
+
+
 def _share(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -74,10 +111,11 @@ def _print_diagnostics(console: Console, report: Any) -> None:
     if quality:
         n, n_after = diag.get("decision_points"), diag.get("after_mistake_points")
         table = Table(
-            title=f"Step-level action quality from the same states (exact Q), "
+            title=f"Step-level action quality (expected exact Q, non-tied states), "
             f"{n} states, {n_after} after a mistake"
         )
-        for col in ("A vs B", "A better", "tie", "B better", "A better after a mistake"):
+        cols = ("A vs B", "A better", "tie", "B better", "noise floor", "A better after a mistake")
+        for col in cols:
             table.add_column(col)
         for pair, shares in quality.items():
             table.add_row(
@@ -85,6 +123,7 @@ def _print_diagnostics(console: Console, report: Any) -> None:
                 _share(shares.get("a_better")),
                 _share(shares.get("tie")),
                 _share(shares.get("b_better")),
+                _share(shares.get("noise_floor")),
                 _share(shares.get("a_better_after_mistake")),
             )
         console.print(table)
@@ -166,6 +205,7 @@ def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> 
     preset = "quick" if quick else ("full" if full else "default")
     report = run_experiment(experiment_preset(preset), out / "experiment", progress=True)
     _print_comparison(console, report)
+    _print_endpoints(console, report)
     _print_diagnostics(console, report)
 
     console.rule("[bold]4. The trained model deployed under the controller")

@@ -4,9 +4,14 @@ Policies are checkpoint directories (``budgetmix train`` / the experiment's
 ``final/`` folders) or the built-in ``oracle`` (budget-aware optimum) and
 ``blind`` (best budget-blind policy). Reports, with exact finite-horizon Q:
 
+* budget sensitivity: at the start cell, each policy's action distribution as a
+  function of the turns left, its share of budget-optimal choices and the
+  flip-action sensitivity (oracle 1, budget-blind 0) with its noise floor
+  (when the map's start cell has a budget-dependent best move);
 * step-level action quality: from the *same states* (those policy B reaches),
-  the share where A's action is better / tied / worse, overall and right after
-  a mistake;
+  the share of non-tied states where A's expected Q (``--samples`` draws per
+  state) beats B's, overall and right after a mistake (a step losing Q), with the
+  noise floor beside it;
 * success vs budget (budget extrapolation curves) for both;
 * recovery injection: an invalid reply forced at a turn, success within the
   budget left.
@@ -35,7 +40,9 @@ from budgetmix.cli._errors import (
 from budgetmix.exceptions import BudgetmixError
 
 if TYPE_CHECKING:
-    from budgetmix.training.diagnostics import ActionComparison, CurvePoint, RecoveryResult
+    from budgetmix.training.action_quality import ExpectedComparison
+    from budgetmix.training.budget_sensitivity import SensitivityResult
+    from budgetmix.training.diagnostics import CurvePoint, RecoveryResult
     from rich.table import Table
 
 __all__ = ["DiagnoseOptions", "diagnose_main", "parse_diagnose_args"]
@@ -58,6 +65,7 @@ class DiagnoseOptions:
     episodes: int
     inject_at: int
     out: Path | None
+    samples: int = 16
 
 
 def _policy(flag: str, spec: str, model: Any) -> Any:
@@ -100,6 +108,7 @@ def _parser() -> CliParser:
     )
     p.add_argument("--episodes", type=int, default=64, help="episodes per budget")
     p.add_argument("--inject-at", type=int, default=2, help="turn of the forced mistake")
+    p.add_argument("--samples", type=int, default=16, help="draws per state for expected Q")
     p.add_argument("--out", default=None, help="write the numbers as JSON here")
     return p
 
@@ -135,6 +144,7 @@ def parse_diagnose_args(argv: Sequence[str]) -> DiagnoseOptions:
         episodes=integer("--episodes", args.episodes, low=1),
         inject_at=integer("--inject-at", args.inject_at, low=1),
         out=out,
+        samples=integer("--samples", args.samples, low=1),
     )
 
 
@@ -150,23 +160,55 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _action_table(args: DiagnoseOptions, cmp: ActionComparison) -> Table:
-    """A's action against B's from the states B reaches, overall and after a mistake."""
+def _action_table(args: DiagnoseOptions, cmp: ExpectedComparison) -> Table:
+    """A's expected Q against B's on the non-tied states B reaches, with the noise floor."""
     from rich.table import Table
 
     table = Table(
-        title=f"A={args.a} vs B={args.b}: same states ({cmp.n}; "
-        f"{cmp.n_after_mistake} right after a mistake), exact Q"
+        title=f"A={args.a} vs B={args.b}: same states ({cmp.points}; {cmp.non_tied} non-tied, "
+        f"{cmp.n_after_mistake} of them right after a mistake), expected exact Q over "
+        f"{cmp.samples} draws"
     )
-    for col in ("", "A better", "tie", "B better"):
+    for col in ("", "A better", "tie", "B better", "noise floor"):
         table.add_column(col)
-    table.add_row("all states", _pct(cmp.a_better), _pct(cmp.tie), _pct(cmp.b_better))
+    floor = _pct(cmp.noise_floor)
+    table.add_row("non-tied states", _pct(cmp.a_better), _pct(cmp.tie), _pct(cmp.b_better), floor)
     table.add_row(
         "after a mistake",
         _pct(cmp.a_better_after_mistake),
         _pct(cmp.tie_after_mistake),
         _pct(cmp.b_better_after_mistake),
+        floor,
     )
+    return table
+
+
+def _sensitivity_table(sens: Mapping[str, SensitivityResult]) -> Table:
+    """Per turns left at the start cell: each policy's P(flip action) and its optimal share."""
+    from rich.table import Table
+
+    first = next(iter(sens.values()))
+    table = Table(
+        title=f"Budget sensitivity at the start cell: P({first.flip_action!r}) by turns left "
+        f"(optimal at {min(first.optimal_budgets)}-{max(first.optimal_budgets)})"
+    )
+    table.add_column("turns left")
+    for name in sens:
+        table.add_column(f"{name} P [95% CI]")
+    for i, cell in enumerate(first.cells):
+        row = [f"{cell.turns_left}{' (tied)' if cell.tied else ''}"]
+        for r in sens.values():
+            c, a = r.cells[i], r.flip_action
+            row.append(
+                f"{100 * c.probabilities[a]:.0f}% [{100 * c.low[a]:.0f}, {100 * c.high[a]:.0f}]"
+            )
+        table.add_row(*row)
+    table.add_row(
+        "sensitivity",
+        *(f"{r.sensitivity:+.2f} [{r.low:+.2f}, {r.high:+.2f}] floor {r.noise_floor:.2f}"
+          for r in sens.values()),
+    )  # fmt: skip
+    table.add_row("optimal share", *(_pct(r.share_optimal) for r in sens.values()))
     return table
 
 
@@ -236,8 +278,8 @@ def _measure(
 ) -> dict[str, Any]:
     """Action quality, success curves and recovery of both policies (progress on stderr)."""
     from budgetmix.progress import ProgressLine
+    from budgetmix.training.action_quality import compare_expected
     from budgetmix.training.diagnostics import (
-        compare_actions,
         frozenlake_q,
         invalid_reply,
         recovery_injection,
@@ -261,20 +303,38 @@ def _measure(
         for tr in run_episodes(tasks, policies["B"], t, q=q, progress=bar)
         for p in tr.points
     ]
-    cmp = compare_actions(points, policies["A"], policies["B"], q)
+    cmp = compare_expected(points, policies["A"], policies["B"], q, samples=args.samples)
     curves = {
         name: success_curve(tasks, pol, budgets, progress=bar) for name, pol in policies.items()
     }
     budget = min(ceiling, max(budgets))
     inject_at = min(args.inject_at, budget)
     recovery = {
-        name: recovery_injection(
-            tasks, pol, budget, inject_at, invalid_reply(), q=q, progress=bar
-        )
+        name: recovery_injection(tasks, pol, budget, inject_at, invalid_reply(), q=q, progress=bar)
         for name, pol in policies.items()
     }
     bar.finish()
-    return {"cmp": cmp, "curves": curves, "recovery": recovery, "budget": budget}
+    sens = _sensitivity(policies, tasks, q, max(budgets))
+    return {"cmp": cmp, "curves": curves, "recovery": recovery, "budget": budget, "sens": sens}
+
+
+def _sensitivity(
+    policies: Mapping[str, Any], tasks: Sequence[Any], q: Any, top: int
+) -> dict[str, Any]:
+    """Each policy's start-cell budget sensitivity (empty when the start is budget-blind)."""
+    from budgetmix.exceptions import ConfigError
+    from budgetmix.training.budget_sensitivity import budget_sensitivity
+    from budgetmix.training.envs.frozenlake_compact import MOVE_LETTERS, parse_move
+
+    try:
+        return {
+            name: budget_sensitivity(
+                tasks, pol, range(2, max(top, 3) + 1), q, parse_move, moves=tuple(MOVE_LETTERS)
+            )
+            for name, pol in policies.items()
+        }
+    except ConfigError:  # no budget-dependent choice at the start of this map
+        return {}
 
 
 def _run(args: DiagnoseOptions) -> int:
@@ -290,6 +350,8 @@ def _run(args: DiagnoseOptions) -> int:
     _check_trained_env(args)
     m = _measure(args, policies, model, budgets, ceiling)
     console = Console()
+    if m["sens"]:
+        console.print(_sensitivity_table(m["sens"]))
     console.print(_action_table(args, m["cmp"]))
     console.print(_curve_table(m["curves"], budgets, ceiling))
     console.print(_recovery_table(m["recovery"], args.inject_at, m["budget"]))
@@ -300,6 +362,7 @@ def _run(args: DiagnoseOptions) -> int:
             "ceiling": ceiling,
             "budgets": budgets,
             "action_quality": m["cmp"].to_dict(),
+            "sensitivity": {k: v.to_dict() for k, v in m["sens"].items()},
             "curves": {k: [p.to_dict() for p in v] for k, v in m["curves"].items()},
             "recovery": {k: v.to_dict() for k, v in m["recovery"].items()},
         }

@@ -35,6 +35,11 @@ def test_oracle_is_never_worse_than_the_blind_policy(tmp_path: Path) -> None:
     curve_b = {p["budget"]: p["rate"] for p in data["curves"]["B"]}
     assert curve_a[4] > curve_b[4]  # short budgets are where awareness pays
     assert data["recovery"]["A"]["inject_at"] == 2
+    assert quality["noise_floor"] == 0.0  # both built-ins are deterministic
+    # budget sensitivity at the start cell: the oracle flips at 9/10 turns left, blind never
+    sens = data["sensitivity"]
+    assert sens["A"]["sensitivity"] == 1.0 and sens["B"]["sensitivity"] == 0.0
+    assert sens["A"]["optimal_budgets"] == list(range(4, 10))
 
 
 def test_bad_budgets_are_a_usage_error() -> None:

@@ -45,24 +45,41 @@ def test_presets_build_and_bad_configs_name_the_field() -> None:
             ExperimentConfig(kl_coef=bad)
 
 
-def test_presets_train_without_a_kl_anchor_as_published() -> None:
-    assert {experiment_preset(name).kl_coef for name in EXPERIMENT_PRESETS} == {0.0}
+def test_presets_follow_the_preregistered_design() -> None:
+    for name in EXPERIMENT_PRESETS:
+        cfg = experiment_preset(name)
+        assert cfg.kl_coef == 0.05 and cfg.warmup_steps == 3  # the same for every arm
+        assert cfg.methods == ("fixed", "budgetmix", "budgetmix-masked")
+        assert cfg.demo_budget_aware and cfg.sft_error_rate == 0.3
+    assert experiment_preset("default").seeds >= 4 and experiment_preset("full").seeds == 8
+    assert experiment_preset("full-map2").desc == ("SFFF", "FFHF", "FFHH", "FFFG")
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> ExperimentReport:
     out = tmp_path_factory.mktemp("experiment")
-    # with a KL anchor, so its path is exercised end to end (the presets train without)
-    return run_experiment(experiment_preset("ci", kl_coef=0.05), out, progress=False)
+    return run_experiment(experiment_preset("ci"), out, progress=False)
 
 
 def test_ci_preset_writes_the_report_files(report: ExperimentReport) -> None:
     out = report.out_dir
-    for name in ("report.md", "summary.json", "success_vs_budget.png", "training_curves.png"):
+    for name in (
+        "report.md",
+        "summary.json",
+        "success_vs_budget.png",
+        "training_curves.png",
+        "budget_sensitivity.png",
+        "budgetmix_minus_fixed.png",
+    ):
         assert (out / name).is_file() and (out / name).stat().st_size > 0
-    assert (out / "budgetmix_minus_fixed.png").is_file()
     text = (out / "report.md").read_text()
-    for heading in ("Pass@1 by budget", "BudgetMix minus fixed", "Step-level action quality"):
+    for heading in (
+        "Preregistered endpoints",
+        "Budget sensitivity at the start cell",
+        "Pass@1 by budget",
+        "Per-budget cells",
+        "Step-level action quality",
+    ):
         assert heading in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ceiling"] == report.ceiling
@@ -74,7 +91,7 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     assert report.ceiling == 14  # the oracle's ceiling of SFF/HFF/HHG at success_rate 0.8
     assert report.budgets == {"50%": 7, "100%": 14, "150%": 21}
     arms = {r["arm"] for r in report.grid}
-    assert arms == {"base", "fixed", "budgetmix-mixed"}
+    assert arms == {"base", "fixed", "budgetmix", "budgetmix-masked"}
     assert len(report.grid) == len(arms) * len(report.budgets) * len(cfg.pass_ks)
     for row in report.grid:
         assert 0.0 <= row["lo"] <= row["value"] <= row["hi"] <= 1.0
@@ -83,21 +100,45 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
         aware = report.oracle["aware"][frac]
         assert report.oracle["blind_demonstrator"][frac] <= aware + 1e-9
         assert 0.0 < aware <= 1.0 and t >= 1
-    assert [c["fraction"] for c in report.comparison] == list(report.budgets)
-    assert {c["arm"] for c in report.comparison} == {"budgetmix-mixed"}
-    for c in report.comparison:
-        assert c["lo"] <= c["diff"] <= c["hi"]
+    pairs = [(c["arm"], c["versus"]) for c in report.comparison]
+    assert list(dict.fromkeys(pairs)) == [
+        ("budgetmix", "fixed"),
+        ("budgetmix", "budgetmix-masked"),
+        ("budgetmix-masked", "fixed"),
+    ]
+    assert [c["fraction"] for c in report.comparison[:3]] == list(report.budgets)
+    for c in report.comparison:  # paired per training seed, Holm never lowers p
+        assert c["lo"] <= c["diff"] <= c["hi"] and len(c["per_seed"]) == cfg.seeds
+        assert c["p"] <= c["p_holm"] <= 1.0
+    primary = report.stats["primary"]
+    assert (primary["arm"], primary["versus"], primary["n"]) == ("budgetmix", "fixed", 2)
+    assert primary["cells"] == [7]  # the ci grid has only the 50% cell inside 25-75%
+    assert set(report.stats["collapses"]) == {"fixed", "budgetmix", "budgetmix-masked"}
+    pick = report.stats["validation"]
+    assert pick["arm"].startswith("budgetmix") and str(report.best_checkpoint) == pick["path"]
+    sens = report.diagnostics["sensitivity"]
+    assert set(sens) == {"base", "fixed", "budgetmix", "budgetmix-masked"}
+    for arm, s in sens.items():
+        assert len(s["per_seed"]) == (1 if arm == "base" else cfg.seeds)
+        assert s["optimal_budgets"] == list(range(4, 10)) and -1.0 <= s["mean"] <= 1.0
     diag = report.diagnostics
     assert diag["decision_points"] > 0
+    assert set(diag["action_quality"]) == {
+        "fixed vs base",
+        "budgetmix vs base",
+        "budgetmix vs fixed",
+    }  # the masked arm never sees these real notices
     for q in diag["action_quality"].values():
         shares = [q["a_better"], q["tie"], q["b_better"]]
-        assert sum(shares) == pytest.approx(1.0)
+        assert sum(shares) == pytest.approx(1.0) and q["noise_floor"] is not None
     for results in diag["recovery"].values():
         for r in results:
             assert 0 <= r["recovered"] <= r["injected"]
-    # equal compute: every arm had the same number of rollouts
+    # the ci token budget is never reached: every run stops at the step cap
     rollouts = {t["rollouts"] for runs in report.training.values() for t in runs}
     assert rollouts == {cfg.rl_steps * cfg.groups_per_step * cfg.group_size}
+    for runs in report.training.values():
+        assert all(0 <= t["zero_variance_sets"] <= t["baseline_sets"] for t in runs)
     assert (report.best_checkpoint / "model.safetensors").is_file()
     assert (report.best_checkpoint / "tokenizer.json").is_file()
     # the RL arms trained against a frozen reference (kl_coef > 0); the SFT base did not

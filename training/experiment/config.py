@@ -1,10 +1,10 @@
 """The end-to-end experiment's configuration: one frozen, validated dataclass and its presets.
 
-Presets are sized for a 2-core laptop CPU: ``ci`` (the test suite, well under
-a minute), ``quick`` (about a minute), ``default`` (about ten minutes, the demo:
-fixed vs BudgetMix with one T per rollout in a GRPO group, the setting that
-measured best, see docs/experiment.md), ``full`` (more seeds and steps, both
-group settings).
+The design is preregistered in docs/prereg.md (arms, seeds, stopping rule,
+endpoints). Presets: ``ci`` (the test suite), ``quick`` (numbers are noise),
+``default`` (the demo: the preregistered design at its small size, 4 training
+seeds per arm), ``full`` (8 seeds, a 4x larger token budget) and ``full-map2``
+(``full`` on the second map, fixed in advance).
 """
 
 from __future__ import annotations
@@ -15,17 +15,46 @@ from typing import Any
 from budgetmix._validate import check_between, check_int, check_list, check_number
 from budgetmix.exceptions import ConfigError
 
-__all__ = ["EXPERIMENT_PRESETS", "METHODS", "ExperimentConfig", "experiment_preset"]
+__all__ = [
+    "ARM_SETTINGS",
+    "EXPERIMENT_PRESETS",
+    "METHODS",
+    "SECOND_MAP",
+    "ExperimentConfig",
+    "experiment_preset",
+]
 
-#: Training arms: fixed budget at the ceiling, BudgetMix with one T per GRPO group
-#: ("shared"), BudgetMix with one T per rollout ("mixed").
-METHODS: tuple[str, ...] = ("fixed", "budgetmix", "budgetmix-mixed")
+#: Training arms: fixed budget at the ceiling; BudgetMix with every budget in each group
+#: and budget-stratified baselines; the same with the notice's numbers masked (control);
+#: the earlier settings (one T per group, one T per rollout with a group baseline).
+METHODS: tuple[str, ...] = (
+    "fixed",
+    "budgetmix",
+    "budgetmix-masked",
+    "budgetmix-shared",
+    "budgetmix-mixed",
+)
+#: Per arm: (group_budgets, notice format) of its RL and evaluation; fixed has one budget.
+ARM_SETTINGS: dict[str, tuple[str, str]] = {
+    "fixed": ("shared", "v1-compact"),
+    "budgetmix": ("stratified", "v1-compact"),
+    "budgetmix-masked": ("stratified", "v1-compact-masked"),
+    "budgetmix-shared": ("shared", "v1-compact"),
+    "budgetmix-mixed": ("mixed", "v1-compact"),
+}
+#: gymnasium's generate_random_map(size=4, p=0.8, seed=2026), chosen in advance (prereg).
+SECOND_MAP: tuple[str, ...] = ("SFFF", "FFHF", "FFHH", "FFFG")
 
 _INT_MIN = {
     "seeds": 1,
     "sft_steps": 1,
     "sft_batch": 1,
     "rl_steps": 1,
+    "token_budget": 1,
+    "warmup_steps": 0,
+    "val_episodes": 1,
+    "sens_episodes": 1,
+    "diag_samples": 1,
     "groups_per_step": 1,
     "group_size": 2,
     "eval_episodes": 1,
@@ -44,18 +73,21 @@ class ExperimentConfig:
 
     Environment: ``desc`` (a fixed map) and ``success_rate`` (slip); ``ceiling``
     ``None`` means the oracle's (the smallest T where the budget-aware optimum
-    reaches 90% of its no-limit success). Base: ``sft_steps`` of SFT on a noisy
-    (``sft_error_rate``) budget-blind demonstrator (the stationary oracle policy for
-    discount ``demo_gamma``). RL: ``rl_steps`` GRPO steps of
-    ``groups_per_step`` x ``group_size`` rollouts per arm in ``methods`` and seed,
-    so every arm gets the same number of rollouts and updates, at learning rate ``lr``
-    with a KL anchor to the base of weight ``kl_coef`` (0: none, as in the presets'
-    published runs; 0.05 kept the runs that collapsed in the ``full`` preset training,
-    see docs/experiment.md). Evaluation: a
-    Pass@(K,T) grid at ``eval_fractions`` of the ceiling (values above 1 are
-    extrapolation), ``eval_episodes`` episodes per cell; diagnostics on
-    ``diag_episodes`` episodes. ``base_model``: a saved base model directory to
-    start RL from instead of running SFT (for ablations on one base).
+    reaches 90% of its no-limit success). Base: ``sft_steps`` of SFT on a
+    demonstrator that errs at ``sft_error_rate`` (a random other move): the
+    budget-aware optimum (``demo_budget_aware``) or the stationary budget-blind
+    policy for discount ``demo_gamma``. RL per arm in ``methods`` (see
+    :data:`ARM_SETTINGS`) and training seed: GRPO groups of ``groups_per_step`` x
+    ``group_size`` rollouts until ``token_budget`` tokens are sampled (the
+    stopping rule, the same for every arm; ``rl_steps`` caps the steps), lr ``lr``
+    with ``warmup_steps`` and linear decay, KL ``kl_coef`` to the SFT base,
+    zero-variance sets skipped. Evaluation: final checkpoints only, a Pass@(K,T)
+    grid at ``eval_fractions`` of the ceiling on ``eval_episodes`` shared episodes;
+    the deployment pick on ``val_episodes`` separate validation episodes; budget
+    sensitivity on ``sens_episodes`` fresh starts per turns-left value; the
+    step-level diagnostic on ``diag_episodes`` base episodes with ``diag_samples``
+    draws per point. ``base_model``: a saved base model directory to start RL from
+    instead of running SFT (for ablations on one base).
 
     Raises:
         ConfigError: a value out of range; the message names the field.
@@ -65,23 +97,29 @@ class ExperimentConfig:
     desc: tuple[str, ...] = ("SFF", "HFF", "HHG")
     success_rate: float = 0.8
     ceiling: int | None = None
-    methods: tuple[str, ...] = ("fixed", "budgetmix-mixed")
+    methods: tuple[str, ...] = ("fixed", "budgetmix", "budgetmix-masked")
     budget_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-    seeds: int = 2
+    seeds: int = 4
     sft_steps: int = 200
     sft_batch: int = 16
-    sft_error_rate: float = 0.15
+    sft_error_rate: float = 0.3
+    demo_budget_aware: bool = True
     demo_gamma: float = 0.99
     sft_lr: float = 3e-3
-    rl_steps: int = 50
+    rl_steps: int = 400
+    token_budget: int = 6000
     groups_per_step: int = 4
     group_size: int = 8
-    lr: float = 5e-4
-    kl_coef: float = 0.0
+    lr: float = 2.5e-4
+    warmup_steps: int = 3
+    kl_coef: float = 0.05
     eval_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.5)
     eval_episodes: int = 64
+    val_episodes: int = 32
+    sens_episodes: int = 64
     pass_ks: tuple[int, ...] = (1, 2, 4)
     diag_episodes: int = 32
+    diag_samples: int = 16
     inject_at: int = 2
     hidden_size: int = 64
     num_layers: int = 2
@@ -100,6 +138,8 @@ class ExperimentConfig:
         for name in ("sft_lr", "lr"):
             check_number(f"{own}.{name}", getattr(self, name), positive=True)
         check_number(f"{own}.kl_coef", self.kl_coef)
+        if not isinstance(self.demo_budget_aware, bool):
+            raise ConfigError(f"{own}.demo_budget_aware: must be true or false")
         for name in ("desc", "methods", "budget_fractions", "eval_fractions", "pass_ks"):
             object.__setattr__(self, name, tuple(check_list(f"{own}.{name}", getattr(self, name))))
         unknown = sorted(set(self.methods) - set(METHODS))
@@ -141,34 +181,47 @@ class ExperimentConfig:
 #: Named sizes; ``default`` is what ``budgetmix demo`` runs.
 EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
     "ci": {
-        "seeds": 1,
+        "seeds": 2,
         "sft_steps": 12,
         "sft_batch": 16,
         "rl_steps": 3,
+        "token_budget": 10**6,
         "groups_per_step": 2,
         "group_size": 4,
         "eval_fractions": (0.5, 1.0, 1.5),
         "eval_episodes": 8,
+        "val_episodes": 4,
+        "sens_episodes": 4,
         "pass_ks": (1, 2),
-        "diag_episodes": 8,
+        "diag_episodes": 4,
+        "diag_samples": 2,
         "hidden_size": 32,
     },
     "quick": {
-        "seeds": 1,
+        "seeds": 2,
         "sft_steps": 60,
-        "rl_steps": 8,
+        "token_budget": 1500,
         "eval_episodes": 16,
-        "diag_episodes": 12,
+        "val_episodes": 8,
+        "sens_episodes": 16,
+        "diag_episodes": 8,
+        "diag_samples": 4,
     },
     "default": {},
     "full": {
-        "methods": ("fixed", "budgetmix", "budgetmix-mixed"),
-        "seeds": 4,
-        "eval_fractions": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0),
-        "sft_steps": 300,
-        "rl_steps": 120,
+        "seeds": 8,
+        "token_budget": 24_000,
+        "rl_steps": 1600,
         "eval_episodes": 128,
-        "diag_episodes": 96,
+        "diag_episodes": 64,
+    },
+    "full-map2": {
+        "desc": SECOND_MAP,
+        "seeds": 8,
+        "token_budget": 24_000,
+        "rl_steps": 1600,
+        "eval_episodes": 128,
+        "diag_episodes": 64,
     },
 }
 

@@ -2,6 +2,7 @@
 
 Files in the report's ``out_dir``: ``report.md``, ``summary.json``,
 ``success_vs_budget.png`` (every arm, with the exact oracle curves),
+``budget_sensitivity.png`` (P(right) at the start cell vs turns left, per arm and seed),
 ``budgetmix_minus_fixed.png`` and ``training_curves.png`` (plots need
 matplotlib, the ``plots`` extra).
 """
@@ -61,11 +62,15 @@ def _setup(report: ExperimentReport, command: str | None) -> list[str]:
         "",
         f"Map `{'/'.join(cfg['desc'])}`, success_rate {cfg['success_rate']}; ceiling "
         f"**{report.ceiling} turns** (oracle: 90% of the no-limit optimum). Base: "
-        f"{cfg['sft_steps']} SFT steps on a budget-blind demonstrator erring "
-        f"{cfg['sft_error_rate']:.0%} of the time. RL: {cfg['rl_steps']} GRPO steps x "
-        f"{cfg['groups_per_step']} groups x {cfg['group_size']} rollouts per arm and seed, "
-        f"lr {cfg['lr']:g}, KL anchor {cfg.get('kl_coef', 0.0):g}, "
-        f"{cfg['seeds']} seed(s). Eval: {cfg['eval_episodes']} episodes per cell and seed.",
+        f"{cfg['sft_steps']} SFT steps on a budget-"
+        f"{'aware' if cfg.get('demo_budget_aware') else 'blind'} demonstrator erring "
+        f"{cfg['sft_error_rate']:.0%} of the time. RL: GRPO groups of "
+        f"{cfg['groups_per_step']} x {cfg['group_size']} rollouts until "
+        f"{cfg.get('token_budget')} sampled tokens per run (cap {cfg['rl_steps']} steps), "
+        f"lr {cfg['lr']:g} (warmup {cfg.get('warmup_steps', 0)}, linear decay), KL to the "
+        f"base {cfg.get('kl_coef', 0.0):g}, zero-variance sets skipped; {cfg['seeds']} "
+        f"training seed(s) per arm. Eval: final checkpoints, {cfg['eval_episodes']} shared "
+        "episodes per cell and seed. Design: docs/prereg.md.",
         "",
     ]
 
@@ -84,7 +89,7 @@ def _success_tables(report: ExperimentReport) -> list[str]:
             ],
         ],
     )
-    titles = {1: "## Pass@1 by budget (%, 95% Wilson interval, episodes pooled over seeds)"}
+    titles = {1: "## Pass@1 by budget (%, mean over training seeds, 95% t-interval over seeds)"}
     for k in (1, *(k for k in report.config["pass_ks"] if k > 1)):
         lines += [titles.get(k, f"### Pass@{k} (unbiased estimator; interval over seeds)"), ""]
         lines += _table(
@@ -103,49 +108,114 @@ def _reading(c: dict[str, Any]) -> str:
     return "BudgetMix ahead" if c["diff"] > 0 else "fixed ahead"
 
 
+def _interval(c: dict[str, Any], key: str = "mean") -> str:
+    return f"{100 * c[key]:+.1f} [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]"
+
+
+def _primary_section(report: ExperimentReport) -> list[str]:
+    stats = report.stats
+    lines = ["## Preregistered endpoints (training seed = unit; docs/prereg.md)", ""]
+    rows = [
+        [
+            f"{c['arm']} - {c['versus']}" + (" (**primary**)" if i == 0 else ""),
+            str(c["n"]),
+            _interval(c),
+            f"{c['p']:.3f}",
+            " ".join(f"{100 * v:+.1f}" for v in c["values"]),
+        ]
+        for i, c in enumerate(stats.get("contrasts", []))
+    ]
+    lines += _table(["mean over 25-75% cells", "seeds", "points [95% t]", "p", "per seed"], rows)
+    collapses = stats.get("collapses", {})
+    lines += [
+        "Collapsed runs (kept in every number): "
+        + ", ".join(f"{a} {c['collapsed']}/{c['runs']}" for a, c in collapses.items()),
+        "",
+    ]
+    pick = stats.get("validation")
+    if pick:
+        lines += [
+            f"Deployment pick (validation seeds, not the evaluation grid): {pick['arm']} seed "
+            f"{pick['seed']}, validation success {_pct(pick['validation_success'])}%.",
+            "",
+        ]
+    return lines
+
+
 def _comparison_table(report: ExperimentReport) -> list[str]:
     if not report.comparison:
         return []
     rows = []
     for c in report.comparison:
-        paper = PAPER_GAPS.get(c["fraction"])
+        paper = PAPER_GAPS.get(c["fraction"]) if c.get("versus") == "fixed" else None
         rows.append(
             [
-                c.get("arm", "budgetmix"),
+                f"{c['arm']} - {c.get('versus', 'fixed')}",
                 f"{c['fraction']} (T={c['budget']})",
                 _pct(c["fixed"]),
                 _pct(c["budgetmix"]),
-                f"{100 * c['diff']:+.1f} [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]",
+                _interval(c, "diff"),
+                f"{c.get('p_holm', float('nan')):.3f}",
                 _reading(c),
                 "-" if paper is None else f"{paper:+.1f}",
             ]
         )
-    return [
-        "## BudgetMix minus fixed (points of pass@1, 95% interval)",
+    head = ["pair A - B", "budget", "B", "A", "A - B [95% t]", "Holm p", "reading", "paper"]
+    return ["## Per-budget cells (paired per-seed differences, points)", "", *_table(head, rows)]
+
+
+def _sensitivity_section(diag: dict[str, Any]) -> list[str]:
+    sens = diag.get("sensitivity") or {}
+    if not sens:
+        return ["## Budget sensitivity: the start cell does not depend on the budget here", ""]
+    first = next(iter(sens.values()))
+    lines = [
+        "## Budget sensitivity at the start cell",
         "",
-        *_table(
-            ["arm", "budget", "fixed", "BudgetMix arm", "difference", "reading", "paper"], rows
-        ),
+        f"P({first['flip_action']} | k turns left) averaged over k in "
+        f"{min(first['optimal_budgets'])}-{max(first['optimal_budgets'])} (where it is the "
+        "optimum) minus over the other informative k; oracle 1, a budget-blind policy 0. "
+        "Success criterion (prereg): BudgetMix >= 0.5 and the masked control not capturing "
+        "the gain.",
+        "",
     ]
+    rows = [
+        [
+            arm,
+            f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]",
+            " ".join(f"{r['sensitivity']:+.2f}" for r in s["per_seed"]),
+            " ".join(f"{f:.2f}" for f in s["noise_floors"]),
+        ]
+        for arm, s in sens.items()
+    ]
+    return lines + _table(["arm", "mean [95% t]", "per seed", "noise floor per seed"], rows)
 
 
 def _quality_table(diag: dict[str, Any]) -> list[str]:
+    quality = diag["action_quality"]
+    first: dict[str, Any] = next(iter(quality.values()), {})
     lines = [
-        "## Step-level action quality (same states, exact finite-horizon Q)",
+        "## Step-level action quality (expected exact Q, non-tied states)",
         "",
         f"{diag['decision_points']} decision points from the base policy's own episodes "
-        f"(at the ceiling and at half of it), {diag['after_mistake_points']} of them right "
-        "after a mistake (an action losing more than 1 point of success probability, or an "
-        "invalid reply). Paper (FrozenLake, RL vs base): better in 42.8% of states, 65.7% "
-        "right after a mistake.",
+        f"(at the ceiling and at half of it), {first.get('non_tied', '-')} of them non-tied; "
+        f"{diag['after_mistake_points']} right after a mistake (a step losing more than 1 "
+        f"point of success probability). {first.get('samples', '-')} draws per point and "
+        "policy; the noise floor is the same comparison between two sample sets of one "
+        "policy. Paper (RL vs base): better in 42.8% of states, 65.7% after a mistake.",
         "",
     ]
     keys = ("a_better", "tie", "b_better")
     return lines + _table(
-        ["A vs B", "A better", "tie", "B better", "A better after mistake", "tie", "B better"],
+        ["A vs B", "A better", "tie", "B better", "noise floor", "A better after mistake"],
         [
-            [pair, *(_pct(q[k]) for k in keys), *(_pct(q[f"{k}_after_mistake"]) for k in keys)]
-            for pair, q in diag["action_quality"].items()
+            [
+                pair,
+                *(_pct(q[k]) for k in keys),
+                _pct(q["noise_floor"]),
+                _pct(q["a_better_after_mistake"]),
+            ]
+            for pair, q in quality.items()
         ],
     )
 
@@ -181,13 +251,15 @@ def _training_table(report: ExperimentReport) -> list[str]:
             str(t["steps"]),
             str(t["rollouts"]),
             str(t["sampled_tokens"]),
+            f"{t.get('zero_variance_sets', 0)}/{t.get('baseline_sets', 0)}",
             _pct(t["final_success"]),
         ]
         for arm, runs in report.training.items()
         for i, t in enumerate(runs)
     ]
-    head = ["arm", "seed", "RL steps", "rollouts", "sampled tokens", "train success (last 20%)"]
-    return ["## Training (same rollouts and updates per arm)", "", *_table(head, rows)]
+    head = ["arm", "seed", "RL steps", "rollouts", "sampled tokens", "zero-variance sets",
+            "train success (last 20%)"]  # fmt: skip
+    return ["## Training (the same sampled-token budget per run)", "", *_table(head, rows)]
 
 
 def _closing(report: ExperimentReport) -> list[str]:
@@ -196,8 +268,9 @@ def _closing(report: ExperimentReport) -> list[str]:
         "",
         ", ".join(f"{k} {v:.0f}" for k, v in report.timings.items()),
         "",
-        f"Best checkpoint (mean success up to the ceiling): `{report.best_checkpoint}`",
+        f"Deployment checkpoint (picked on validation seeds): `{report.best_checkpoint}`",
         "",
+        "![budget sensitivity](budget_sensitivity.png)",
         "![success vs budget](success_vs_budget.png)",
         "![BudgetMix minus fixed](budgetmix_minus_fixed.png)",
         "![training curves](training_curves.png)",
@@ -209,6 +282,8 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
     """The report as markdown (success in percent, 95% intervals in brackets)."""
     sections = (
         _setup(report, command),
+        _primary_section(report),
+        _sensitivity_section(report.diagnostics),
         _success_tables(report),
         _comparison_table(report),
         _quality_table(report.diagnostics),
@@ -254,10 +329,14 @@ def _success_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
 
 def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    arms = list(dict.fromkeys(c.get("arm", "budgetmix") for c in report.comparison))
+
+    def pair(c: dict[str, Any]) -> str:
+        return f"{c.get('arm', 'budgetmix')} - {c.get('versus', 'fixed')}"
+
+    arms = list(dict.fromkeys(pair(c) for c in report.comparison))
     width = 0.8 / len(arms)
     for j, arm in enumerate(arms):
-        rows = [c for c in report.comparison if c.get("arm", "budgetmix") == arm]
+        rows = [c for c in report.comparison if pair(c) == arm]
         xs_bar = [i + (j - (len(arms) - 1) / 2) * width for i in range(len(rows))]
         diffs = [100 * c["diff"] for c in rows]
         err = [
@@ -270,10 +349,10 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
             width=width,
             yerr=err,
             capsize=3,
-            label=f"{arm} - fixed",
-            color=arm_colour(arm),
+            label=arm,
+            color=arm_colour(arm.split(" - ")[0] if j != 2 else "budgetmix-mixed"),
         )
-    first = [c for c in report.comparison if c.get("arm", "budgetmix") == arms[0]]
+    first = [c for c in report.comparison if pair(c) == arms[0]]
     ax.set_xticks(range(len(first)))
     ax.set_xticklabels([f"{c['fraction']}\nT={c['budget']}" for c in first])
     paper = [PAPER_GAPS.get(c["fraction"]) for c in first]
@@ -281,7 +360,7 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     ax.scatter(px, [paper[i] for i in px], color="tab:red", marker="D", label="paper", zorder=3)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_ylabel("points of pass@1")
-    ax.set_title("BudgetMix minus fixed (pass@1 points, 95% interval) by budget")
+    ax.set_title("Paired per-seed differences (pass@1 points, 95% t-interval)")
     ax.legend(fontsize=8)
     return save_figure(fig, plt, path)
 
@@ -307,9 +386,32 @@ def _training_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     return save_figure(fig, plt, path)
 
 
+def _sensitivity_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
+    sens = report.diagnostics.get("sensitivity") or {}
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for arm, s in sens.items():
+        ax.plot(s["turns_left"], s["p_flip"], marker="o", ms=3, color=arm_colour(arm),
+                label=f"{arm}: S={s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]")  # fmt: skip
+        for r in s["per_seed"]:
+            ax.plot(s["turns_left"], r["p_flip"], color=arm_colour(arm), lw=0.5, alpha=0.35)
+    if sens:
+        first = next(iter(sens.values()))
+        opt = set(first["optimal_budgets"])
+        oracle = [1.0 if k in opt else 0.0 for k in first["turns_left"]]
+        ax.step(first["turns_left"], oracle, "k--", where="mid", label="oracle (best move)")
+        ax.set_ylabel(f"P({first['flip_action']!r}) at the start cell")
+    ax.set_xlabel("turns left (first turn of an episode with budget T)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Budget sensitivity: go right with 4-9 turns left, wait with 10+")
+    ax.legend(fontsize=7)
+    return save_figure(fig, plt, path)
+
+
 def _plots(report: ExperimentReport, out: Path) -> dict[str, Path]:
     plt = pyplot()
     files = {"success_vs_budget": _success_plot(plt, report, out / "success_vs_budget.png")}
+    if report.diagnostics.get("sensitivity"):
+        files["budget_sensitivity"] = _sensitivity_plot(plt, report, out / "budget_sensitivity.png")
     if report.comparison:
         files["budgetmix_minus_fixed"] = _difference_plot(
             plt, report, out / "budgetmix_minus_fixed.png"

@@ -1,24 +1,20 @@
-"""The end-to-end experiment: does BudgetMix RL beat fixed-budget RL at short budgets, on a CPU?
+"""The end-to-end experiment (issue 19's preregistered design, docs/prereg.md).
 
-:func:`run_experiment` runs the whole pipeline of issue 7 on one slippery
-FrozenLake map (:mod:`budgetmix.training.envs.frozenlake_compact`) with a tiny char-level LM:
+:func:`run_experiment` runs, on a laptop CPU:
 
-1. the exact oracle picks the ceiling (the smallest T where the budget-aware
-   optimum reaches 90% of its no-limit success) and gives the best achievable
-   success at every budget (aware) and that of the best budget-blind policy;
-2. a base policy: SFT on a noisy, budget-blind demonstrator;
-3. RL from that base, per seed, for each arm in ``methods`` (fixed budget at the
-   ceiling; BudgetMix with a shared or mixed T per GRPO group), every arm with
-   the same number of rollouts and updates;
-4. a Pass@(K,T) grid at fractions of the ceiling (and beyond it) with intervals;
-5. diagnostics (:mod:`.diagnostics`): step-level action quality from the same
-   states (exact Q), overall and right after a mistake; success vs T curves;
-   recovery after a forced invalid reply;
-6. ``report.md``, PNG plots and ``summary.json`` in ``out_dir``
-   (:mod:`.report`).
+1. the exact oracle of the map (ceiling, best achievable success per budget);
+2. a base policy: SFT on a noisy demonstrator (budget-aware by default);
+3. RL from that base, per training seed, for each arm in ``methods`` (fixed T at
+   the ceiling; BudgetMix with every budget in each group and budget-stratified
+   baselines; the same with masked notice numbers), every arm under the same
+   sampled-token budget (the stopping rule), the same KL anchor and schedule;
+4. final checkpoints only: a Pass@(K,T) grid on shared evaluation episodes,
+   the deployment pick on separate validation episodes, budget sensitivity at the
+   start cell, step-level action quality by expected Q, recovery;
+5. seed-level statistics (the primary endpoint, Holm-corrected cells), collapses
+   per arm, ``report.md``, PNG plots and ``summary.json`` in ``out_dir``.
 
-The numbers are whatever comes out; the report states them with intervals and
-says when a difference is within noise.
+The numbers are whatever comes out; the report states them with intervals.
 """
 
 from __future__ import annotations
@@ -31,18 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from budgetmix.environment import Task
+from budgetmix.exceptions import ConfigError
 from budgetmix.progress import ProgressLine
+from budgetmix.training.action_quality import compare_expected
+from budgetmix.training.budget_sensitivity import budget_sensitivity
 from budgetmix.training.diagnostics import (
     DecisionPoint,
     EpisodeTrace,
     Policy,
-    compare_actions,
     frozenlake_q,
     invalid_reply,
     recovery_injection,
     run_episodes,
 )
-from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME
+from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME, MOVE_LETTERS, parse_move
 from budgetmix.training.envs.frozenlake_oracle import (
     FrozenLakeModel,
     aware_success_curve,
@@ -54,19 +52,22 @@ from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.analysis import (
     ArmTraces,
     best_checkpoint,
-    comparison_rows,
     grid_rows,
     pool_comparisons,
     pool_recovery,
+    seed_statistics,
+    sensitivity_summary,
     success_curves,
     train_summary,
 )
-from budgetmix.training.experiment.config import ExperimentConfig
+from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
 
 __all__ = ["ExperimentReport", "run_experiment"]
 
 #: Slip seeds for evaluation and diagnostics start here (training draws below 10_000).
 EVAL_SEED_BASE = 1_000_000
+#: Offsets from EVAL_SEED_BASE: validation (deployment pick), sensitivity, diagnostics.
+VALIDATION_OFFSET, SENSITIVITY_OFFSET, DIAGNOSTICS_OFFSET = 1_000_000, 2_000_000, 500_000
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,14 @@ class ExperimentReport:
 
     ``grid`` rows: ``arm, fraction, budget, k, value, lo, hi, episodes, successes,
     per_seed``. ``comparison`` rows: ``arm, fraction, budget, fixed, budgetmix,
-    diff, lo, hi`` (pass@1 of fixed and of the BudgetMix ``arm``, their
-    difference and its 95% interval), one block per BudgetMix arm. ``diagnostics``:
-    ``action_quality`` (pair -> shares), ``recovery`` (arm -> results),
-    ``curves`` (arm -> success per budget). ``oracle``: exact success of the
-    budget-aware optimum and the best budget-blind policy per budget.
+    diff, lo, hi, p, p_holm, per_seed`` (mean pass@1 of fixed and of ``arm``, the
+    mean paired per-seed difference with its 95% t-interval and Holm-corrected p),
+    one block per pair. ``stats``: ``primary`` (the preregistered endpoint),
+    ``contrasts`` (every pair's 25-75% mean difference), ``collapses`` (per arm),
+    ``validation`` (the deployment pick). ``diagnostics``: ``sensitivity`` (arm ->
+    per-seed start-cell budget sensitivity and the mean), ``action_quality`` (pair
+    -> expected-Q shares with noise floors), ``recovery``, ``curves``. ``oracle``:
+    exact success of the budget-aware optimum and the best budget-blind policy.
     """
 
     config: dict[str, Any]
@@ -93,6 +97,7 @@ class ExperimentReport:
     timings: dict[str, float]
     best_checkpoint: Path
     out_dir: Path
+    stats: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +113,7 @@ class ExperimentReport:
             "training": self.training,
             "timings": self.timings,
             "best_checkpoint": str(self.best_checkpoint),
+            "stats": self.stats,
             "files": {k: str(v) for k, v in self.files.items()},
         }
 
@@ -147,6 +153,7 @@ class _Run:
             "desc": list(config.desc),
             "success_rate": config.success_rate,
             "demo_gamma": config.demo_gamma,
+            "demo_budget_aware": config.demo_budget_aware,
         }
         self.q = frozenlake_q(self.model)
         self.timings: dict[str, float] = {}
@@ -209,9 +216,19 @@ class _Run:
         return result.final_model_dir
 
     def train_arm(self, method: str, seed: int, base: Path) -> tuple[Path, list[dict[str, Any]]]:
+        """One RL run of ``method`` from ``base`` until the token budget is spent.
+
+        A finished run already in ``out_dir`` (its ``final/`` and log) is reused, so a
+        rerun after a failure in a later stage does not train again.
+        """
+        from budgetmix.training.metrics import MetricsLog
         from budgetmix.training.trainer import train
 
+        done = self.out / "runs" / f"{method}-s{seed}"
+        if (done / "final" / "model.safetensors").is_file() and (done / "metrics.jsonl").is_file():
+            return done / "final", MetricsLog(done / "metrics.jsonl").read()
         cfg = self.cfg
+        groups, fmt = ARM_SETTINGS[method]
         sampler = (
             {"kind": "fixed", "turns": self.ceiling} if method == "fixed" else self.mix_sampler()
         )
@@ -220,10 +237,15 @@ class _Run:
             model_path=str(base),
             seed=cfg.seed * 1000 + 1 + seed,
             sampler=sampler,
-            group_budgets="mixed" if method == "budgetmix-mixed" else "shared",
+            group_budgets=groups,
+            notice_format=fmt,
             sft_steps=0,
             steps=cfg.rl_steps,
+            token_budget=cfg.token_budget,
             lr=cfg.lr,
+            warmup_steps=cfg.warmup_steps,
+            lr_decay="linear",
+            zero_variance="skip",
             kl_coef=cfg.kl_coef,
             groups_per_step=cfg.groups_per_step,
             group_size=cfg.group_size,
@@ -233,19 +255,41 @@ class _Run:
         return result.final_model_dir, result.metrics
 
     # -- evaluation ---------------------------------------------------------------------
+    @staticmethod
+    def fmt(arm: str) -> str:
+        """The notice format an arm is trained and evaluated with (the base: unmasked)."""
+        return ARM_SETTINGS.get(arm, ("shared", "v1-compact"))[1]
+
     def policy(self, path: Path, seed: int = 0) -> Policy:
         from budgetmix.training.experiment.lm import load_lm_policy
 
         return load_lm_policy(path, seed=self.cfg.seed * 7919 + seed)[0]
 
-    def grid_traces(self, policy: Policy) -> dict[int, list[EpisodeTrace]]:
-        n = self.cfg.eval_episodes
-        budgets = sorted(set(self.budgets.values()))
-        tasks = [t for _ in budgets for t in self.tasks(n)]
+    def grid_traces(
+        self, policy: Policy, fmt: str, n: int, offset: int, budgets: list[int]
+    ) -> dict[int, list[EpisodeTrace]]:
+        """``n`` episodes per budget on slip seeds ``EVAL_SEED_BASE + offset + i``."""
+        tasks = [t for _ in budgets for t in self.tasks(n, offset)]
         per_task = [b for b in budgets for _ in range(n)]
         bar = ProgressLine("eval grid", len(tasks), enabled=None if self.progress else False)
-        traces = run_episodes(tasks, policy, per_task, progress=bar)
+        traces = run_episodes(tasks, policy, per_task, notice_format=fmt, progress=bar)
         return {b: traces[i * n : (i + 1) * n] for i, b in enumerate(budgets)}
+
+    def evaluate(self, arms: dict[str, list[Path]]) -> tuple[ArmTraces, ArmTraces]:
+        """Final checkpoints: the grid on the evaluation seeds, then the validation seeds."""
+        grid = sorted(set(self.budgets.values()))
+        inside = sorted({t for t in self.budgets.values() if t <= self.ceiling})
+        n, v = self.cfg.eval_episodes, self.cfg.val_episodes
+        traces: ArmTraces = {}
+        validation: ArmTraces = {}
+        for arm, paths in arms.items():
+            for i, p in enumerate(paths):
+                pol, fmt = self.policy(p, i), self.fmt(arm)
+                traces.setdefault(arm, []).append(self.grid_traces(pol, fmt, n, 0, grid))
+                if arm != "base":
+                    val = self.grid_traces(pol, fmt, v, VALIDATION_OFFSET, inside)
+                    validation.setdefault(arm, []).append(val)
+        return traces, validation
 
     def oracle_curves(self) -> dict[str, Any]:
         top = max(self.budgets.values())
@@ -259,6 +303,25 @@ class _Run:
         }
 
     # -- diagnostics --------------------------------------------------------------------
+    def sensitivity(self, arms: dict[str, list[Path]]) -> dict[str, Any]:
+        """Per arm and seed, the start-cell budget sensitivity (``None``: not budget-dependent)."""
+        budgets = list(range(2, max(self.budgets.values()) + 1))
+        tasks = self.tasks(self.cfg.sens_episodes, SENSITIVITY_OFFSET)
+        out: dict[str, Any] = {}
+        for arm, paths in arms.items():
+            rows = []
+            for i, p in enumerate(paths):
+                try:
+                    res = budget_sensitivity(
+                        tasks, self.policy(p, 50_000 + i), budgets, self.q, parse_move,
+                        moves=tuple(MOVE_LETTERS), notice_format=self.fmt(arm),
+                    )  # fmt: skip
+                except ConfigError:  # the map's start cell does not depend on the budget
+                    return {}
+                rows.append(res.to_dict())
+            out[arm] = sensitivity_summary(rows)
+        return out
+
     def decision_points(self, base: Path, tasks: list[Task]) -> list[DecisionPoint]:
         """The base policy's own episodes at the ceiling and at half of it, point by point.
 
@@ -276,8 +339,11 @@ class _Run:
     def action_quality(
         self, arms: dict[str, list[Path]], points: list[DecisionPoint]
     ) -> dict[str, Any]:
-        """Every arm against the base (and against fixed), from the same points, pooled."""
-        methods = self.cfg.methods
+        """Every unmasked RL arm against the base (and against fixed) by expected Q, pooled.
+
+        The masked arm is left out: these points carry the real notices it never sees.
+        """
+        methods = [m for m in self.cfg.methods if self.fmt(m) == "v1-compact"]
         pairs = [(m, "base") for m in methods]
         if "fixed" in methods:
             pairs += [(m, "fixed") for m in methods if m != "fixed"]
@@ -287,7 +353,8 @@ class _Run:
             for s in range(self.cfg.seeds):
                 pa = self.policy(arms[a][s if a != "base" else 0], 20_000 + s)
                 pb = self.policy(arms[b][s if b != "base" else 0], 30_000 + s)
-                rows.append(compare_actions(points, pa, pb, self.q).to_dict())
+                res = compare_expected(points, pa, pb, self.q, samples=self.cfg.diag_samples)
+                rows.append(res.to_dict())
             quality[f"{a} vs {b}"] = pool_comparisons(rows)
         return quality
 
@@ -300,24 +367,21 @@ class _Run:
             if inject_at <= self.ceiling:
                 per_seed = [
                     recovery_injection(
-                        tasks,
-                        self.policy(p, 40_000 + i),
-                        self.ceiling,
-                        inject_at,
-                        invalid_reply(),
-                        q=self.q,
+                        tasks, self.policy(p, 40_000 + i), self.ceiling, inject_at,
+                        invalid_reply(), q=self.q, notice_format=self.fmt(arm),
                     ).to_dict()
                     for i, p in enumerate(paths)
-                ]
+                ]  # fmt: skip
                 results.append(pool_recovery(per_seed))
             recovery[arm] = results
         return recovery
 
     def diagnostics(self, arms: dict[str, list[Path]], traces: ArmTraces) -> dict[str, Any]:
-        """Action quality, recovery and success curves (the report's diagnostics block)."""
-        tasks = self.tasks(self.cfg.diag_episodes, offset=500_000)
+        """Sensitivity, action quality, recovery and success curves (the diagnostics block)."""
+        tasks = self.tasks(self.cfg.diag_episodes, offset=DIAGNOSTICS_OFFSET)
         points = self.decision_points(arms["base"][0], tasks)
         return {
+            "sensitivity": self.sensitivity(arms),
             "decision_points": len(points),
             "after_mistake_points": sum(p.after_mistake for p in points),
             "action_quality": self.action_quality(arms, points),
@@ -367,12 +431,12 @@ def run_experiment(
             f"ceiling {run.ceiling} turns; budgets {run.budgets}",
         )
         arms, training = _train(run)
-        _say(progress, "evaluating the Pass@(K,T) grid")
-        traces: ArmTraces = {
-            arm: [run.timed("eval", run.grid_traces, run.policy(p, i)) for i, p in enumerate(paths)]
-            for arm, paths in arms.items()
-        }
+        _say(progress, "evaluating final checkpoints (grid, then validation seeds)")
+        traces, validation = run.timed("eval", run.evaluate, arms)
         _say(progress, "diagnostics")
+        stats = seed_statistics(run.budgets, traces, training, config.methods)
+        best, picked = best_checkpoint(arms, validation)
+        stats["validation"] = picked
         report = ExperimentReport(
             config=config.to_dict(),
             ceiling=run.ceiling,
@@ -383,12 +447,13 @@ def run_experiment(
                 for arm in arms
                 for row in grid_rows(arm, traces[arm], run.budgets, config.pass_ks)
             ],
-            comparison=comparison_rows(run.budgets, traces),
+            comparison=stats.pop("comparison"),
             diagnostics=run.timed("diagnostics", run.diagnostics, arms, traces),
             training=training,
             timings=run.timings,
-            best_checkpoint=best_checkpoint(arms, traces, run.budgets, run.ceiling),
+            best_checkpoint=best,
             out_dir=out,
+            stats=stats,
         )
         files = write_report(report)
     _say(progress, f"report: {files['report']}")
