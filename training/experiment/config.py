@@ -207,7 +207,7 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
         "diag_episodes": 8,
         "diag_samples": 4,
     },
-    "default": {},
+    "default": {"diag_episodes": 8, "diag_samples": 8},  # prereg amendment 14:02 (CPU)
     "full": {
         "seeds": 8,
         "token_budget": 24_000,
