@@ -9,9 +9,11 @@ interrupted run and does no work for a finished one.
 Agents: ``random`` (budget-blind), ``oracle`` and ``noisy`` (the environment's
 scripted oracle, a noisy one with ``--noise``), ``local`` (a checkpoint directory
 through :class:`budgetmix.adapters.LocalChatModel`) and ``openai`` (any
-OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``).
-``--blind`` declares the agent budget-blind: no notice, no turns remaining, and
-prefix sharing.
+OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``), and
+``checkpoint`` (a budgetmix training checkpoint, driven in its training layout).
+``--notice`` defaults to ``v1``; for ``checkpoint`` to the format its
+``training_env.json`` records. ``--blind`` declares the agent budget-blind: no
+notice, no turns remaining, and prefix sharing.
 
 ``report_main(argv)`` (from :mod:`budgetmix.cli.report`) rebuilds the
 report from a results file, or compares two (``--compare``). Both return a
@@ -109,11 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument("--temperature", type=float, help="sampling temperature for model agents")
     p.add_argument("--max-new-tokens", type=int, help="generation cap per turn (agent local)")
-    p.add_argument(
-        "--notice",
-        help="notice format: v1, v1-compact or none (default v1; for --agent checkpoint the "
-        "format its training_env.json records)",
-    )
+    p.add_argument("--notice", help="notice format: v1, v1-compact, none (default: v1 or recorded)")
     p.add_argument("--seed", type=int, help="base seed (default 0)")
     p.add_argument(
         "--env-seed-mode", choices=("task", "sample"), help="env reset seed per task or per sample"
