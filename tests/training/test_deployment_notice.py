@@ -13,6 +13,7 @@ Qwen3 template, a tiny Qwen2 model) on a tool environment, with
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from _layout_fixtures import TEMPLATES, LookupEnv, build_bpe_tokenizer, save_tiny_checkpoint
 from budgetmix import Budget, BudgetController
-from budgetmix.adapters import run_agent
+from budgetmix.adapters import arun_agent, run_agent
 from budgetmix.adapters._loop_support import check_trained_notice
 from budgetmix.cli.train import parse_train_args
 from budgetmix.exceptions import ConfigError
@@ -107,6 +108,8 @@ def test_run_agent_refuses_another_notice_layout_for_a_trained_checkpoint(
         with pytest.raises(ConfigError, match=r"trained with notices placed 'observation' in "
                            r"format 'v1-compact'.*deployment_notice"):  # fmt: skip
             run_agent(chat, env.controller_tools(), task, budget)
+    with pytest.raises(ConfigError, match=r"placed 'observation' in format 'v1-compact'"):
+        asyncio.run(arun_agent(chat, env.controller_tools(), task, Budget(turns=2)))
     controller = BudgetController(Budget(turns=1), notice=serve.deployment_notice(final))
     run = run_agent(chat, env.controller_tools(), task, controller, system=env.instructions())
     assert run.turns_used == 1
