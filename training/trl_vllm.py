@@ -162,6 +162,8 @@ def llm_completer(
             [{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False
         )
         logprobs, ranked = extract_logprobs(outputs)
+        if logprobs is None:
+            raise ConfigError("vllm.LLM returned no logprobs for a request with logprobs=0")
         ids = [list(o.outputs[0].token_ids) for o in outputs]
         return list(zip(ids, logprobs, ranked, strict=True))
 
