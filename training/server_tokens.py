@@ -24,6 +24,7 @@ from budgetmix.exceptions import ConfigError
 
 __all__ = [
     "TOKEN_FIELDS",
+    "AsyncTokenCapture",
     "Exchange",
     "StitchedRow",
     "TokenCapture",
@@ -115,12 +116,57 @@ class TokenLog:
 token_log: ContextVar[TokenLog | None] = ContextVar("budgetmix_token_log", default=None)
 
 
+def _asked(request: httpx.Request) -> tuple[dict[str, Any], httpx.Request] | None:
+    """A whole Chat Completions request as sent with :data:`TOKEN_FIELDS` (its body and
+    the new request); ``None`` for anything else. A streamed one inside an episode marks
+    the episode's log as failed (it carries no ids)."""
+    if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+        return None
+    body = json.loads(request.content or b"{}")
+    if not isinstance(body, dict):
+        return None
+    slot = token_log.get()
+    if body.get("stream"):
+        if slot is not None and slot.error is None:
+            slot.error = ConfigError(
+                "server rollouts read whole responses: a Chat Completions request with "
+                "stream=true has no token ids to train on (send stream=false)"
+            )
+        return None
+    body = {**TOKEN_FIELDS, **body}
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
+    sent = httpx.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        content=json.dumps(body).encode(),
+        extensions=request.extensions,
+    )
+    return body, sent
+
+
+def _answered(
+    body: dict[str, Any], sent: httpx.Request, status: int, headers: httpx.Headers, content: bytes
+) -> httpx.Response:
+    """Record the response's exchange in this episode's log; the response for the SDK."""
+    slot = token_log.get()
+    if slot is not None and status == 200 and slot.error is None:
+        try:
+            slot.exchanges.append(exchange_of(body, json.loads(content)))
+        except (ConfigError, ValueError, KeyError, TypeError) as exc:
+            slot.error = exc if isinstance(exc, ConfigError) else ConfigError(str(exc))
+    drop = ("content-length", "content-encoding", "transfer-encoding")
+    kept = [(k, v) for k, v in headers.items() if k.lower() not in drop]
+    return httpx.Response(status, headers=kept, content=content, request=sent)
+
+
 class TokenCapture(httpx.BaseTransport):
     """An httpx transport that asks for token ids and records them (see the module docstring).
 
     Chat Completions requests (not streamed) get :data:`TOKEN_FIELDS` (fields the
     request already sets are kept); the response's ids go to the episode being
-    played in this thread, if any. Other requests pass through untouched.
+    played in this context (:data:`token_log`), if any. Other requests pass through
+    untouched; a streamed one inside an episode fails its batch (no ids).
     """
 
     def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
@@ -128,43 +174,42 @@ class TokenCapture(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` (with the token fields added) and record what came back."""
-        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+        request.read()
+        asked = _asked(request)
+        if asked is None:
             return self.inner.handle_request(request)
-        body = json.loads(request.read() or b"{}")
-        if not isinstance(body, dict):
-            return self.inner.handle_request(request)
-        slot = token_log.get()
-        if body.get("stream") and slot is not None and slot.error is None:
-            slot.error = ConfigError(
-                "server rollouts read whole responses: a Chat Completions request with "
-                "stream=true has no token ids to train on (send stream=false)"
-            )
-        if body.get("stream"):
-            return self.inner.handle_request(request)
-        body = {**TOKEN_FIELDS, **body}
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
-        sent = httpx.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            content=json.dumps(body).encode(),
-            extensions=request.extensions,
-        )
+        body, sent = asked
         response = self.inner.handle_request(sent)
         content = response.read()
         response.close()
-        if slot is not None and response.status_code == 200 and slot.error is None:
-            try:
-                slot.exchanges.append(exchange_of(body, json.loads(content)))
-            except (ConfigError, ValueError, KeyError, TypeError) as exc:
-                slot.error = exc if isinstance(exc, ConfigError) else ConfigError(str(exc))
-        drop = ("content-length", "content-encoding", "transfer-encoding")
-        kept = [(k, v) for k, v in response.headers.items() if k.lower() not in drop]
-        return httpx.Response(response.status_code, headers=kept, content=content, request=sent)
+        return _answered(body, sent, response.status_code, response.headers, content)
 
     def close(self) -> None:
         """Close the inner transport."""
         self.inner.close()
+
+
+class AsyncTokenCapture(httpx.AsyncBaseTransport):
+    """The ``httpx.AsyncClient`` twin of :class:`TokenCapture` (``openai.AsyncOpenAI``)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` (with the token fields added) and record what came back."""
+        await request.aread()
+        asked = _asked(request)
+        if asked is None:
+            return await self.inner.handle_async_request(request)
+        body, sent = asked
+        response = await self.inner.handle_async_request(sent)
+        content = await response.aread()
+        await response.aclose()
+        return _answered(body, sent, response.status_code, response.headers, content)
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self.inner.aclose()
 
 
 # -- stitching -----------------------------------------------------------------------------

@@ -338,3 +338,45 @@ def test_a_framework_client_over_the_budget_transport(checkpoint: Path) -> None:
     users = [m["content"] for m in rows[-1].messages if m["role"] == "user"]
     assert "turn 1 of 3" in users[0] and "turn 3 of 3" in users[2]  # placed by the transport
     assert rows[0].num_turns == 3
+
+
+def _async_loop(ep: ServerEpisode) -> Any:
+    """An asyncio loop of its own: budgeted(openai.AsyncOpenAI) over AsyncTokenCapture."""
+    import asyncio
+
+    import openai
+    from budgetmix.adapters import budgeted
+    from budgetmix.training.server_tokens import AsyncTokenCapture
+
+    async def play() -> Any:
+        http: Any = httpx.AsyncClient(transport=AsyncTokenCapture())
+        raw = openai.AsyncOpenAI(base_url=ep.base_url, api_key="x", http_client=http, max_retries=0)
+        client = budgeted(raw, ep.controller)
+        history: list[dict[str, Any]] = [{"role": "user", "content": ep.task}]
+        async with ep.controller.episode() as episode:
+            for _ in range(3):
+                reply = await client.chat.completions.create(messages=history, **ep.request_options)
+                history.append({"role": "assistant", "content": reply.choices[0].message.content})
+                history.append({"role": "user", "content": "Again."})
+        await raw.close()
+        return episode.result
+
+    return asyncio.run(play())  # each episode's thread runs its own event loop
+
+
+def test_an_async_client_records_the_ids_the_same_way(checkpoint: Path) -> None:
+    model, tokenizer = load_pretrained(checkpoint)
+    with LocalOpenAIServer(model, tokenizer) as server:
+        driver = ServerRollouts(
+            server.base_url,
+            "local",
+            settings=RolloutSettings(max_new_tokens=8),
+            agent=_async_loop,
+            max_parallel=1,
+        )
+        task = Task(task_id="pick-0", seed=0, make_env=PickEnv)
+        rows = driver([EpisodeSpec(task=task, budget=FixedBudget(3).sample(random.Random(0)))])
+        assert driver.report.requests == len(server.log) == 3
+        _check_against_server(rows, server.log)
+    users = [m["content"] for m in rows[-1].messages if m["role"] == "user"]
+    assert "turn 1 of 3" in users[0] and "turn 3 of 3" in users[2]
