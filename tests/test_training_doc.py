@@ -83,7 +83,7 @@ def test_training_doc_runs_in_order(tmp_path: Path) -> None:
     save_tiny_checkpoint("qwen", build_bpe_tokenizer("qwen"), tmp_path / "base")
     shutil.copy(ROOT / "examples" / "user_env.py", tmp_path / "user_env.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    ran: list[str] = []
+    ran: list[tuple[str, str]] = []  # (language, stdout) of every run
     for lang, body in doc_blocks(DOC.read_text()):
         first = body.splitlines()[0]
         if lang == "python" and first.startswith("# examples/"):
@@ -100,10 +100,12 @@ def test_training_doc_runs_in_order(tmp_path: Path) -> None:
             )
             shown = body if lang == "python" else shlex.join(argv)
             assert proc.returncode == 0, f"{shown}\n{proc.stderr[-3000:]}"
-            ran.append(proc.stdout)
+            ran.append((lang, proc.stdout))
     # the walk's steps left what the next ones read
     assert (tmp_path / "episodes.jsonl").read_text().count("\n") == 3
     assert (tmp_path / "runs" / "counter" / "final" / "manifest.json").is_file()
     assert (tmp_path / "runs" / "counter-ddp" / "final" / "model.safetensors").is_file()
-    status, turns = ran[-1].split()[:2]
+    assert (tmp_path / "runs" / "ddp" / "final" / "model.safetensors").is_file()  # ## Scale
+    deployed = [out for lang, out in ran if lang == "python"][-1]  # step 5, the last script
+    status, turns = deployed.split()[:2]
     assert status in ("success", "failed", "budget_exhausted") and 1 <= int(turns) <= 8
