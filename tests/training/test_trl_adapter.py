@@ -226,3 +226,33 @@ def test_use_vllm_without_trls_vllm_is_a_clear_error(tokenizer: Any) -> None:
     assert gen.ids == (5, 1) and gen.logprobs == (-0.5, -0.1) and gen.stopped
     (cut,) = engine(([5, 5], [[-0.5], [-0.2]], [[5], [5]])).generate(request, 2)  # type: ignore[arg-type]
     assert not cut.stopped  # no stop id at the end: cut at max_new_tokens
+
+
+def test_a_non_main_process_opens_its_own_client_on_the_server(
+    tokenizer: Any, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL gives only its main process a client; another rank gets one on the same URL."""
+    from types import SimpleNamespace
+
+    from _vllm_wire import VLLMWireServer
+    from budgetmix.training.generation import GenerationRequest
+    from budgetmix.training.trl_vllm import trl_vllm_generator
+    from trl.generation import vllm_client
+
+    monkeypatch.setattr(vllm_client, "is_vllm_available", lambda *a, **k: True)
+    codec = ChatCodec(tokenizer)
+    with VLLMWireServer(tiny_model, pad_token_id=int(tokenizer.pad_token_id)) as server:
+        vg = SimpleNamespace(mode="server", vllm_client=None, server_base_url=server.base_url)
+        vg.server_timeout = 5
+        engine = trl_vllm_generator(SimpleNamespace(vllm_generation=vg), stop_token_ids=[1, 2])
+        assert isinstance(vg.vllm_client, vllm_client.VLLMClient)  # kept for later steps
+        (task,) = env_tasks("echo", [0], {})
+        request = GenerationRequest(
+            context_ids=codec.encode("hi"),
+            env=task.make_env(),
+            message="",
+            state=None,  # type: ignore[arg-type]
+        )
+        (gen,) = engine.generate([request], 3)
+    assert list(gen.ids) == server.log[0]["ids"] and len(gen.ids) <= 3
+    assert server.requests[0]["stop_token_ids"] == [1, 2]
