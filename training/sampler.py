@@ -99,11 +99,59 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return low
 
 
-def _reusable(cache: Any) -> bool:
-    """Only full-attention layers keep every column, so only they can be rewound and gathered."""
+def _growing_layer() -> Any:
+    """A full-attention cache layer whose keys and values live in a buffer grown by doubling:
+    appending a few ids writes them in place (``DynamicLayer`` concatenates, copying the
+    whole cache at every id)."""
     from transformers.cache_utils import DynamicLayer
 
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+    base: Any = DynamicLayer  # transformers' layers are untyped
+
+    class GrowingLayer(base):  # type: ignore[misc]
+        length = 0
+        buffers: tuple[Any, Any]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.buffers = (key_states[..., :0, :], value_states[..., :0, :])
+                self.length = 0
+            end = self.length + key_states.shape[-2]
+            if end > self.buffers[0].shape[-2]:
+                self.buffers = (
+                    _grown(self.buffers[0], key_states, self.length, end),
+                    _grown(self.buffers[1], value_states, self.length, end),
+                )
+            self.buffers[0][..., self.length : end, :] = key_states
+            self.buffers[1][..., self.length : end, :] = value_states
+            self.length = end
+            self.keys, self.values = (b[..., :end, :] for b in self.buffers)
+            return self.keys, self.values
+
+        def replace(self, keys: Any, values: Any) -> None:
+            self.buffers = (keys.contiguous(), values.contiguous())
+            self.length = keys.shape[-2]
+            self.keys, self.values = self.buffers
+
+        def batch_select_indices(self, indices: Any) -> None:
+            if self.is_initialized:
+                self.replace(self.keys[indices], self.values[indices])
+
+    return GrowingLayer()
+
+
+def _grown(buffer: torch.Tensor, like: torch.Tensor, length: int, end: int) -> torch.Tensor:
+    """A buffer for at least ``end`` columns (twice the old size), holding the first
+    ``length`` columns of ``buffer``."""
+    capacity = max(end, 2 * buffer.shape[-2], _COMPACT_SLACK)
+    out = like.new_empty((*like.shape[:-2], capacity, like.shape[-1]))
+    out[..., :length, :] = buffer[..., :length, :]
+    return out
+
+
+def _reusable(cache: Any) -> bool:
+    """Only full-attention layers keep every column, so only they can be rewound and gathered."""
+    return all(hasattr(layer, "replace") for layer in cache.layers)
 
 
 class _CacheRows:
@@ -111,10 +159,13 @@ class _CacheRows:
 
     def __init__(self, model: Any, keys: list[Hashable | None]) -> None:
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         self.model = model
         self.device = next(model.parameters()).device
         self.cache: Any = DynamicCache(config=model.config)
+        if all(type(layer) is DynamicLayer for layer in self.cache.layers):
+            self.cache.layers = [_growing_layer() for _ in self.cache.layers]
         self.keys = keys
         self.valid = torch.zeros((len(keys), 0), dtype=torch.long, device=self.device)
         self.fed: list[list[int]] = [[] for _ in keys]  # the ids each row holds, in order
@@ -194,8 +245,7 @@ class _CacheRows:
             gather = index[:, None, :, None].expand(
                 -1, layer.keys.shape[1], -1, layer.keys.shape[3]
             )
-            layer.keys = layer.keys.gather(2, gather)
-            layer.values = layer.values.gather(2, gather)
+            layer.replace(layer.keys.gather(2, gather), layer.values.gather(2, gather))
         self.valid = valid.to(self.device)
 
 
