@@ -16,7 +16,9 @@ of ids it really holds, as in a single left-padded forward of its context.
 Inside a generation, a row that has stopped is fed nothing (mask 0), so its
 post-stop padding never reaches a later turn. Masked columns accumulate
 (padding, rewinds, stopped rows); when they are more than half of the cache,
-each row's live columns are gathered together (amortised linear cost).
+each row's live columns are gathered together (amortised linear cost). The
+cache layers write new ids into a buffer grown by doubling rather than
+concatenating (which would copy the whole cache at every sampled id).
 
 Requests without an episode key (``None``) are re-read from scratch, exactly
 the path before caching: the cache of such a batch is dropped after the call.
