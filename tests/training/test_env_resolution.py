@@ -189,8 +189,9 @@ def test_accelerate_launch_loads_a_user_environment(tmp_path: Path) -> None:
     (tmp_path / "user_envs.py").write_text(USER_MODULE)
     out = tmp_path / "run"
     cmd = [
-        *(sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"),
-        *("--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"),
+        *(sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"),
+        *("--num_processes", "2", "--num_machines", "1", "--main_process_port", "0"),
+        *("--mixed_precision", "no", "--dynamo_backend", "no"),
         *("-m", "budgetmix.cli", "train", "--env", "user_envs:Guess", "--output-dir", str(out)),
         *("--no-progress", "--set", "sft_steps=0", "--set", "steps=1"),
         *("--set", "groups_per_step=2", "--set", "group_size=2", "--set", "max_new_tokens=8"),
