@@ -73,6 +73,7 @@ __all__ = [
     "arun_agent",
     "block_network",
     "budgeted",
+    "budgeted_session",
     "final_answer",
     "invalid_json_call",
     "parse_tool_calls",
@@ -91,6 +92,7 @@ _LAZY: dict[str, str] = {
     "BudgetTransport": "http",
     "ModelPrice": "pricing",
     "budgeted": "clients",
+    "budgeted_session": "mcp",
     "OpenAIChatModel": "openai",
     "Pricing": "pricing",
 }
@@ -99,6 +101,7 @@ if typing.TYPE_CHECKING:
     from budgetmix.adapters.anthropic import AnthropicChatModel
     from budgetmix.adapters.clients import budgeted
     from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
+    from budgetmix.adapters.mcp import budgeted_session
     from budgetmix.adapters.openai import OpenAIChatModel
     from budgetmix.adapters.pricing import DEFAULT_PRICING, ModelPrice, Pricing
 
