@@ -97,12 +97,16 @@ def success_curves(budgets: dict[str, int], traces: ArmTraces) -> dict[str, list
 def best_checkpoint(
     arms: dict[str, list[Path]], validation: ArmTraces
 ) -> tuple[Path, dict[str, Any]]:
-    """The deployment pick: the BudgetMix-arm run with the highest mean validation success.
+    """The deployment pick: the BudgetMix run (not the masked control) with the highest mean
+    validation success.
 
     ``validation`` holds episodes on seeds disjoint from the evaluation grid, so the
     pick never sees the numbers it is judged by. Falls back to any RL arm, then the base.
     """
-    candidates = [a for a in validation if a.startswith("budgetmix")] or list(validation)
+    # the masked control is not deployable: a controller shows real numbers
+    candidates = [a for a in validation if a.startswith("budgetmix") and "masked" not in a] or list(
+        validation
+    )
     best, best_score, where = arms["base"][0], -1.0, {"arm": "base", "seed": 0}
     for arm in candidates:
         for i, (path, r) in enumerate(zip(arms[arm], validation[arm], strict=True)):
