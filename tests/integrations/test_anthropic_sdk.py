@@ -5,6 +5,7 @@ client library) whose transport is the budget transport."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -150,3 +151,31 @@ def test_the_beta_tool_runner_runs_under_the_budget(server: FakeLLMServer, wirin
             pass
     assert len(server.model_requests()) == 2
     assert ep.result is not None and ep.result.used["turns"] == 2
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_concurrent_runs_in_threads_keep_separate_budgets(
+    server: FakeLLMServer, wiring: str
+) -> None:
+    server.default = Reply.call("add", {"a": 1, "b": 2})
+    controller = BudgetController(Budget(turns=2))
+    client = client_for(server, controller, wiring)  # one client, two same-prompt runs
+    results: dict[int, Any] = {}
+
+    def one_run(turns: int) -> None:
+        with controller.episode(budget=Budget(turns=turns)) as ep:
+            with pytest.raises(BudgetExhausted) as info:
+                agent_loop(client, turns=10, stream=False)
+            raise info.value  # unhandled: the episode ends on the budget
+        results[turns] = ep.result
+
+    threads = [threading.Thread(target=one_run, args=(t,)) for t in (2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert {t: (r.used["turns"], r.status) for t, r in results.items()} == {
+        2: (2, EpisodeStatus.BUDGET_EXHAUSTED),
+        3: (3, EpisodeStatus.BUDGET_EXHAUSTED),
+    }
+    assert len(server.model_requests()) == 5

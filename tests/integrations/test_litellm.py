@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any
 
 import httpx
@@ -134,3 +135,30 @@ async def test_acompletion_over_the_async_transport(server: FakeLLMServer) -> No
     assert in_chain(info.value, BudgetExhausted)
     assert len(server.model_requests()) == 1
     assert ep.result is not None and ep.result.used["turns"] == 1
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+def test_concurrent_runs_in_threads_keep_separate_budgets(
+    server: FakeLLMServer, wiring: str
+) -> None:
+    server.default = Reply.call("add", {"a": 1, "b": 2})
+    controller = BudgetController(Budget(turns=2))
+    client = client_for(server, controller, wiring)  # one client, two same-prompt runs
+    results: dict[int, Any] = {}
+
+    def one_run(turns: int) -> None:
+        with pytest.raises(litellm.InternalServerError):  # noqa: SIM117 - its wrapper
+            with controller.episode(budget=Budget(turns=turns)) as ep:
+                agent_loop(client, turns=10)
+        results[turns] = ep.result
+
+    threads = [threading.Thread(target=one_run, args=(t,)) for t in (2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert {t: (r.used["turns"], r.status) for t, r in results.items()} == {
+        2: (2, EpisodeStatus.BUDGET_EXHAUSTED),
+        3: (3, EpisodeStatus.BUDGET_EXHAUSTED),
+    }
+    assert len(server.model_requests()) == 5
