@@ -197,7 +197,7 @@ def test_deployed_under_the_controller() -> None:
         judge=env.judge,
     )
     assert run.success and run.turns_used == 4 and env.success
-    assert [m.kind for m in run.result.mistakes] == ["tool_error"]
+    assert [m.kind for m in run.result.mistakes] == ["env_action_failed"]  # as in training
     assert len(run.result.recoveries) == 1
     tool_texts = [m.content for m in run.messages if m.role == "tool"]
     assert tool_texts[0] == "Error: ToolMistake: amount must be 1-3, got 7" and tool_texts[1:] == [
@@ -244,7 +244,7 @@ def test_faulty_tools_is_a_tool_env_in_training_and_under_the_controller() -> No
         Budget(turns=8),
         judge=deployed.judge,
     )
-    assert run.success and [m.kind for m in run.result.mistakes] == ["tool_error"]
+    assert run.success and [m.kind for m in run.result.mistakes] == ["invalid_tool_arguments"]
     assert len(run.result.recoveries) == 1
 
 
