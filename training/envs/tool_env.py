@@ -335,8 +335,9 @@ class ToolEnv:
         """The tools bound to this environment for ``run_agent`` / ``controller.tool``.
 
         Each call is a step of this environment (same validation, same state, the
-        same text for the model): a :class:`ToolMistake` propagates (the controller
-        records it as a ``tool_error``), anything else returns the observation. After
+        same text for the model): a :class:`ToolMistake` propagates (``run_agent``
+        records it with its own ``kind``, as training labels it), anything else returns
+        the observation. After
         a tool ended the episode, calls answer :data:`EPISODE_OVER`. Pass
         ``judge=env.judge`` so the episode's success is the environment's.
         """
