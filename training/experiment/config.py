@@ -197,15 +197,15 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
         "diag_samples": 2,
         "hidden_size": 32,
     },
-    "quick": {
+    "quick": {  # the test suite's `demo --quick`: the structure, not the numbers
         "seeds": 2,
-        "sft_steps": 60,
-        "token_budget": 1500,
-        "eval_episodes": 16,
-        "val_episodes": 8,
-        "sens_episodes": 16,
-        "diag_episodes": 8,
-        "diag_samples": 4,
+        "sft_steps": 20,
+        "token_budget": 500,
+        "eval_episodes": 8,
+        "val_episodes": 4,
+        "sens_episodes": 8,
+        "diag_episodes": 4,
+        "diag_samples": 2,
     },
     "default": {"diag_episodes": 8, "diag_samples": 8},  # prereg amendment 14:02 (CPU)
     "full": {
