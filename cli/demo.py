@@ -61,7 +61,9 @@ def _parser() -> CliParser:
         description="Run the budgetmix main job on embedded defaults (no API key needed).",
     )
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="reduced run (about a minute; CI)")
+    size.add_argument(
+        "--quick", action="store_true", help="reduced run (a few minutes; the test suite runs it)"
+    )
     size.add_argument(
         "--full",
         action="store_true",
