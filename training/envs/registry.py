@@ -8,6 +8,10 @@ table at run time: a new environment is a new row here.
 * ``echo`` -- :class:`~budgetmix.training.toy.EchoEnv` (torch-only CPU demo);
 * ``faulty_tools`` -- :class:`~budgetmix.training.envs.faulty_tools.FaultyToolsEnv`
   (a tool environment: ``lookup``, ``list_keys``, ``answer``);
+* ``faulty-tools-compact`` -- the experiment's second environment,
+  :class:`~budgetmix.training.envs.faulty_tools_compact.CompactFaultyTools` (a chain
+  of flaky lookups in one-letter moves), with the exact-optimum demonstrator
+  (budget-blind unless ``demo_budget_aware``; discount ``demo_gamma``);
 * ``frozenlake`` -- :class:`~budgetmix.training.envs.frozenlake.FrozenLakeEnv`, with a
   budget-aware oracle demonstrator (:class:`FrozenLakeDemonstrator`);
 * ``frozenlake-tools`` -- :class:`~budgetmix.training.envs.frozenlake.FrozenLakeTools`,
@@ -44,6 +48,11 @@ from budgetmix.environment import Environment, Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.agents import FrozenLakeDemonstrator
 from budgetmix.training.envs.faulty_tools import FaultyToolsEnv
+from budgetmix.training.envs.faulty_tools_compact import (
+    TOOLS_COMPACT_ENV_NAME,
+    CompactFaultyTools,
+)
+from budgetmix.training.envs.faulty_tools_oracle import ToolsDemonstrator
 from budgetmix.training.envs.frozenlake import TOOLS_ENV_NAME, FrozenLakeEnv, FrozenLakeTools
 from budgetmix.training.envs.frozenlake_compact import (
     COMPACT_ENV_NAME,
@@ -147,11 +156,23 @@ def _compact_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> De
     )
 
 
+def _tools_compact_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> DemoAgent:
+    gamma = float(kwargs.get("demo_gamma", 0.99))
+    blind = not kwargs.get("demo_budget_aware", False)
+    return ToolsDemonstrator(error_rate, f"tools-demo:{seed}", budget_blind=blind, gamma=gamma)
+
+
 #: Registered environments by name (read-only).
 ENVIRONMENTS: Mapping[str, EnvSpec] = MappingProxyType(
     {
         "echo": EnvSpec("echo", EchoEnv, _echo_demo),
         "faulty_tools": EnvSpec("faulty_tools", FaultyToolsEnv),
+        TOOLS_COMPACT_ENV_NAME: EnvSpec(
+            TOOLS_COMPACT_ENV_NAME,
+            CompactFaultyTools,
+            _tools_compact_demo,
+            frozenset({"demo_gamma", "demo_budget_aware"}),
+        ),
         "frozenlake": EnvSpec("frozenlake", FrozenLakeEnv, _frozenlake_demo),
         TOOLS_ENV_NAME: EnvSpec(TOOLS_ENV_NAME, FrozenLakeTools, _frozenlake_tools_demo),
         COMPACT_ENV_NAME: EnvSpec(
