@@ -18,7 +18,10 @@ post-stop padding never reaches a later turn. Masked columns accumulate
 (padding, rewinds, stopped rows); when they are more than half of the cache,
 each row's live columns are gathered together (amortised linear cost). The
 cache layers write new ids into a buffer grown by doubling rather than
-concatenating (which would copy the whole cache at every sampled id).
+concatenating (which would copy the whole cache at every sampled id). While
+sampling, grouped-query ``sdpa`` layers fold their query heads instead of copying
+the cache once per head (:mod:`budgetmix.training.attention`), and the model
+computes logits for the last position only (``logits_to_keep=1``).
 
 Requests without an episode key (``None``) are re-read from scratch, exactly
 the path before caching: the cache of such a batch is dropped after the call.
@@ -34,6 +37,7 @@ from typing import Any
 
 import torch
 from budgetmix.exceptions import ConfigError
+from budgetmix.training.attention import grouped_attention
 
 __all__ = ["Generation", "KVCacheSampler", "SamplingRule", "common_prefix", "stop_token_ids"]
 
@@ -151,6 +155,19 @@ def _grown(buffer: torch.Tensor, like: torch.Tensor, length: int, end: int) -> t
     return out
 
 
+def _last_logits_only(model: Any) -> dict[str, int]:
+    """``logits_to_keep=1`` when ``model``'s forward takes it: the logits of the last position
+    only (the others would cost ``ids x vocabulary`` each), else nothing."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    try:
+        params = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
 def _reusable(cache: Any) -> bool:
     """Only full-attention layers keep every column, so only they can be rewound and gathered."""
     return all(hasattr(layer, "replace") for layer in cache.layers)
@@ -173,6 +190,7 @@ class _CacheRows:
         self.fed: list[list[int]] = [[] for _ in keys]  # the ids each row holds, in order
         self.cols: list[list[int]] = [[] for _ in keys]  # the cache column of each of them
         self.ids_fed = 0  # ids run through the model (padding excluded)
+        self.logits_kwargs = _last_logits_only(model)
 
     @property
     def width(self) -> int:
@@ -223,6 +241,7 @@ class _CacheRows:
             position_ids=positions.to(self.device),
             cache=self.cache,
             use_cache=True,
+            **self.logits_kwargs,
         )
         logits: torch.Tensor = result.logits[:, -1, :]
         return logits
@@ -337,7 +356,7 @@ class KVCacheSampler:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), grouped_attention(self.model):
                 for rows, order in jobs:
                     new = [_suffix(rows, row, contexts[i]) for row, i in enumerate(order)]
                     gens = _decode(rows, new, max_new_tokens, self.rule)

@@ -218,3 +218,52 @@ def test_a_failed_call_drops_the_caches(tokenizer: Any) -> None:
         gen.generate_ids([[5, 6, 7, 10_000]], 3, [0])
     assert gen.sampler.cached_episodes == 0
     assert model.training  # the caller's mode is restored
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_unpadded_batches_cached_equal_rereading(arch: str, tokenizer: Any) -> None:
+    """Every row fed the same number of ids (no stop id in reach): no padding mask at all, the
+    grouped-query layers attend without one."""
+    model = build_tiny_model(TinyModelSpec(arch=arch), tokenizer, seed=0)
+    rng = random.Random(4)
+    outs = []
+    for keyed in (True, False):
+        gen = ModelGenerator(
+            model,
+            pad_token_id=0,
+            stop_token_ids=[10_000],
+            temperature=1.0,
+            batch_size=4,
+            generator=torch.Generator().manual_seed(2),
+        )
+        rng = random.Random(4)
+        contexts = [_ids(rng, 6, 6) for _ in range(4)]
+        out = []
+        for _ in range(4):
+            gens = gen.generate_ids(contexts, 5, list(range(4)) if keyed else None)
+            for context, g in zip(contexts, gens, strict=True):
+                context += [*g.ids, *_ids(rng, 3, 3)]
+            out += gens
+        outs.append(out)
+    cached, reread = outs
+    assert [g.ids for g in cached] == [g.ids for g in reread]
+    assert all(len(g.ids) == 5 and not g.stopped for g in cached)
+    for a, b in zip(cached, reread, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+        )
+
+
+def test_only_the_last_position_gets_logits(tokenizer: Any) -> None:
+    """A feed of several ids asks the model for the logits after the last one only."""
+    model = build_tiny_model(TinyModelSpec(), tokenizer, seed=0)
+    widths: list[int] = []
+    model.get_output_embeddings().register_forward_hook(
+        lambda _module, _inputs, logits: widths.append(int(logits.shape[1]))
+    )
+    gen = _generator(model, 0.0)
+    first = gen.generate_ids([[5, 6, 7, 8, 9], [10, 11]], 3, [0, 1])
+    gen.generate_ids(
+        [[5, 6, 7, 8, 9, *first[0].ids, 12], [10, 11, *first[1].ids, 13, 14]], 2, [0, 1]
+    )
+    assert widths and set(widths) == {1}
