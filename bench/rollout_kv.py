@@ -24,7 +24,10 @@ each; the table shows medians and, as the noise, the spread (min-max). The
 cost exponent is the least-squares slope of log(median seconds) on log(turns)
 over 8..64 turns (1 = linear, 2 = quadratic); the last line is the 64-turn
 ratio re-read / cached, and how many context ids each path ran through the
-model per sampled id.
+model per sampled id. Attention over the context is the part that must grow with
+it: the time inside ``scaled_dot_product_attention`` (the attention kernel of every
+layer) is clocked in the same runs, and the last lines give its share at the last
+turn count and the exponent of the rest (the time outside the kernel).
 """
 
 from __future__ import annotations
@@ -62,8 +65,32 @@ def _model(quick: bool) -> tuple[Any, int]:
     return build_tiny_model(spec, tokenizer, seed=0).eval(), len(tokenizer)
 
 
+class _KernelClock:
+    """Seconds spent inside ``torch.nn.functional.scaled_dot_product_attention`` (which
+    transformers' sdpa and budgetmix's grouped attention look up at every call)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock, self.seconds = clock, 0.0
+        self.kernel = torch.nn.functional.scaled_dot_product_attention
+
+    def __enter__(self) -> _KernelClock:
+        def timed(*a: Any, **kw: Any) -> Any:
+            start = self.clock()
+            try:
+                return self.kernel(*a, **kw)
+            finally:
+                self.seconds += self.clock() - start
+
+        torch.nn.functional.scaled_dot_product_attention = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.nn.functional.scaled_dot_product_attention = self.kernel
+
+
 def _rollout(model: Any, vocab: int, args: argparse.Namespace, turns: int, cached: bool) -> Any:
-    """One batch rolled out for ``turns`` turns; returns (seconds, ids fed, ids sampled)."""
+    """One batch rolled out for ``turns`` turns; returns (seconds, ids fed, ids sampled,
+    seconds inside the attention kernel)."""
     gen = ModelGenerator(
         model,
         pad_token_id=0,
@@ -81,13 +108,16 @@ def _rollout(model: Any, vocab: int, args: argparse.Namespace, turns: int, cache
     keys = list(range(args.episodes)) if cached else None
     sampled = 0
     clock = time.process_time if args.timer == "cpu" else time.perf_counter
-    start = clock()
-    for _ in range(turns):
-        for context, g in zip(contexts, gen.generate_ids(contexts, args.tokens, keys), strict=True):
-            context.extend(g.ids)
-            context.extend(fresh(args.reply))
-            sampled += len(g.ids)
-    return clock() - start, gen.sampler.ids_fed, sampled
+    with _KernelClock(clock) as kernel:
+        start = clock()
+        for _ in range(turns):
+            replies = gen.generate_ids(contexts, args.tokens, keys)
+            for context, g in zip(contexts, replies, strict=True):
+                context.extend(g.ids)
+                context.extend(fresh(args.reply))
+                sampled += len(g.ids)
+        seconds = clock() - start
+    return seconds, gen.sampler.ids_fed, sampled, kernel.seconds
 
 
 def _slope(xs: list[int], ys: list[float]) -> float:
@@ -134,8 +164,24 @@ def _table(args: argparse.Namespace, runs: dict[tuple[str, int], list[Any]]) -> 
         f"{medians['re-read'][-1] / medians['cached'][-1]:.1f}x; context ids run through the "
         f"model per sampled id: cached {per_token['cached']:.1f}, "
         f"re-read {per_token['re-read']:.1f}",
+        *_attention_lines(args, runs),
     ]
     return lines
+
+
+def _attention_lines(args: argparse.Namespace, runs: dict[tuple[str, int], list[Any]]) -> list[str]:
+    """The attention kernel's share of the time and the cost exponent of the rest (medians)."""
+    last, share, rest = args.turns[-1], {}, {}
+    for path in PATHS:
+        outside = [statistics.median(r[0] - r[3] for r in runs[(path, t)]) for t in args.turns]
+        rest[path] = _slope(list(args.turns), outside)
+        secs = runs[(path, last)]
+        share[path] = statistics.median(r[3] / r[0] for r in secs)
+    return [
+        f"attention kernel share of the time at {last} turns: cached {share['cached']:.0%}, "
+        f"re-read {share['re-read']:.0%}; cost exponent of the time outside it: "
+        f"cached {rest['cached']:.2f}, re-read {rest['re-read']:.2f}",
+    ]
 
 
 def main() -> None:
