@@ -13,7 +13,9 @@ Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
   environment (:class:`~budgetmix.training.envs.tool_env.ToolCallEnvironment`) one
   ``tool`` message per call, the agent stepping the environment itself with the calls
   the template's parser reads from the reply. ``budgetmix eval --agent checkpoint``
-  uses it.
+  uses it. The episode's KV cache is kept from one turn to the next
+  (:class:`~budgetmix.training.sampler.KVCacheSampler`, keyed by episode), so a turn
+  runs the model on its new ids only, as training rollouts do.
 * :func:`chat_model` loads the checkpoint as a
   :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
   (``run_agent``), the deployment of tool-calling environments. Give the
@@ -47,6 +49,10 @@ class TrainedPolicyAgent:
         temperature: 0 decodes greedily; above 0 samples (seeded by ``seed``).
         max_new_tokens: cap of one response.
         seed: sampling seed (ignored when greedy).
+
+    The model is run on each id of an episode once: the episode's KV cache is kept
+    across its turns (keyed by episode) and dropped when the next episode starts or
+    a tool environment's episode ends.
 
     Raises:
         ConfigError: negative temperature or ``max_new_tokens`` below 1.
@@ -84,6 +90,7 @@ class TrainedPolicyAgent:
         self._env: Any = None  # a tool environment the agent steps itself
         self._tools: tuple[ToolSpec, ...] = ()
         self._answers: list[dict[str, Any]] = []  # its answer to the last reply
+        self._episode = 0  # keys the episode's KV cache in the generator
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **options: Any) -> TrainedPolicyAgent:
@@ -110,6 +117,8 @@ class TrainedPolicyAgent:
         ``env.reset``). A tool environment is driven by the agent itself (see :meth:`act`)."""
         from budgetmix.training.envs.tool_env import ToolCallEnvironment
 
+        self.generator.reset()  # the last episode's cache
+        self._episode += 1
         self._instructions = env.instructions()
         self._ids = None
         self._messages = []
@@ -136,13 +145,14 @@ class TrainedPolicyAgent:
             BudgetmixError: the context grew past 100k tokens.
         """
         ids = self._context(observation, notice)
-        (generation,) = self.generator.generate_ids([ids], self.max_new_tokens)
+        (generation,) = self.generator.generate_ids([ids], self.max_new_tokens, [self._episode])
         sampled = list(generation.ids)
         if not generation.stopped:
             # as in training, a response is closed by its end-of-turn token before the next
             sampled.append(self.codec.eos_token_id)
         self._ids = ids + sampled
         if len(self._ids) > 100_000:
+            self.generator.reset()
             raise BudgetmixError("context grew past 100k tokens; the episode is runaway")
         text = self.codec.reply_text(sampled, stopped=True)
         turn = sum(m["role"] == "assistant" for m in self._messages) + 1
@@ -151,6 +161,8 @@ class TrainedPolicyAgent:
         if self._env is None:
             return text
         result, self._answers = environment_answer(self._env, reply, tools=True)
+        if result.done:
+            self.generator.reset()
         return AgentReply(text=text, result=result)
 
     def _context(self, observation: str, notice: str | None) -> list[int]:
