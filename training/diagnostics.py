@@ -173,13 +173,21 @@ class LiveEpisode:
         self.points.append(p)
         return p
 
-    def apply(self, point: DecisionPoint, action: str, q: QFunction | None, tol: float) -> None:
+    def apply(
+        self,
+        point: DecisionPoint,
+        action: str,
+        q: QFunction | None,
+        tol: float,
+        moves: Sequence[str] = ACTIONS,
+    ) -> None:
         """Take ``action`` at ``point``: a mistake when it loses more than ``tol`` in ``q``
-        (without ``q``: when the environment labels it one); then end or charge the next turn."""
+        against the best of ``moves`` (without ``q``: when the environment labels it one);
+        then end or charge the next turn."""
         result = self.env.step(action)
         label = result.label
         if q is not None:  # a mistake is a loss in Q (waiting into a wall can be optimal)
-            mistake = _loss(q, point, action) > tol
+            mistake = _loss(q, point, action, moves) > tol
         else:
             mistake = not label.valid or label.mistake is not None
         self.actions.append(action)
@@ -208,9 +216,9 @@ class LiveEpisode:
         )
 
 
-def _loss(q: QFunction, point: DecisionPoint, action: str) -> float:
-    """How much success probability ``action`` loses against the best move in :data:`ACTIONS`."""
-    best = max(q(point, a) for a in ACTIONS)
+def _loss(q: QFunction, point: DecisionPoint, action: str, moves: Sequence[str] = ACTIONS) -> float:
+    """How much success probability ``action`` loses against the best of ``moves``."""
+    best = max(q(point, a) for a in moves)
     return best - q(point, action)
 
 
@@ -223,6 +231,7 @@ def run_episodes(
     snapshot: Snapshot = default_snapshot,
     q: QFunction | None = None,
     mistake_tol: float = 0.01,
+    moves: Sequence[str] = ACTIONS,
     force: Mapping[int, Callable[[DecisionPoint], str]] | None = None,
     progress: ProgressLine | None = None,
 ) -> list[EpisodeTrace]:
@@ -232,7 +241,7 @@ def run_episodes(
     Pass@(K,T) grid then runs as one batch).
     ``force`` maps a 1-based turn to a function whose action replaces the
     policy's at that turn (mistake injection). The mistake test against ``q``
-    uses the action candidates of :data:`ACTIONS` (FrozenLake's moves).
+    compares with the best of ``moves`` (default :data:`ACTIONS`, FrozenLake's moves).
     ``progress`` advances by one step per finished episode.
 
     Raises:
@@ -253,7 +262,7 @@ def run_episodes(
             raise ConfigError("policy: must return one action per decision point")
         for ep, p, action in zip(active, points, actions, strict=True):
             chosen = forced[p.turn](p) if p.turn in forced else action
-            ep.apply(p, chosen, q, mistake_tol)
+            ep.apply(p, chosen, q, mistake_tol, moves)
         if progress is not None:
             progress.advance(sum(ep.termination is not None for ep in active))
     return [ep.trace() for ep in live]

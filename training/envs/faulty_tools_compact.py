@@ -75,7 +75,7 @@ class CompactFaultyTools:
 
     name = TOOLS_COMPACT_ENV_NAME
 
-    def __init__(self, hops: int = 3, fault_p: float = 0.3, guess_p: float = 0.25) -> None:
+    def __init__(self, hops: int = 9, fault_p: float = 0.2, guess_p: float = 0.25) -> None:
         self.model = ToolsModel(hops, fault_p, guess_p)
         self.links = 0
         self.failed = False

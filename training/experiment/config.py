@@ -4,12 +4,14 @@ The design is preregistered in docs/prereg.md (arms, seeds, stopping rule,
 endpoints). Presets: ``ci`` (the test suite), ``quick`` (numbers are noise),
 ``default`` (the demo: the preregistered design at its small size, 4 training
 seeds per arm), ``full`` (8 seeds, a 4x larger token budget) and ``full-map2``
-(``full`` on the second map, fixed in advance).
+(``full`` on the second map, fixed in advance); ``tools`` and ``full-tools`` are
+``default`` and ``full`` on the second environment, ``faulty-tools-compact``
+(a chain of flaky lookups, :mod:`budgetmix.training.envs.faulty_tools_compact`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from budgetmix._validate import check_between, check_int, check_list, check_number
@@ -20,6 +22,7 @@ __all__ = [
     "EXPERIMENT_PRESETS",
     "METHODS",
     "SECOND_MAP",
+    "TOOLS_ENV",
     "ExperimentConfig",
     "experiment_preset",
 ]
@@ -44,6 +47,13 @@ ARM_SETTINGS: dict[str, tuple[str, str]] = {
 }
 #: gymnasium's generate_random_map(size=4, p=0.8, seed=2026), chosen in advance (prereg).
 SECOND_MAP: tuple[str, ...] = ("SFFF", "FFHF", "FFHH", "FFFG")
+#: The second environment's settings (presets ``tools`` and ``full-tools``).
+TOOLS_ENV: dict[str, Any] = {
+    "env": "faulty-tools-compact",
+    "env_kwargs": {"hops": 9, "fault_p": 0.2, "guess_p": 0.25},
+}
+_ENVS = ("frozenlake-compact", "faulty-tools-compact")
+_TOOLS_KWARGS = ("hops", "fault_p", "guess_p")
 
 _INT_MIN = {
     "seeds": 1,
@@ -71,7 +81,9 @@ _INT_MIN = {
 class ExperimentConfig:
     """Everything :func:`~budgetmix.training.experiment.run_experiment` needs.
 
-    Environment: ``desc`` (a fixed map) and ``success_rate`` (slip); ``ceiling``
+    Environment: ``env``, ``frozenlake-compact`` (the map ``desc`` and its slip
+    ``success_rate``) or ``faulty-tools-compact`` (``env_kwargs``: ``hops``,
+    ``fault_p``, ``guess_p``; ``desc`` and ``success_rate`` are unused); ``ceiling``
     ``None`` means the oracle's (the smallest T where the budget-aware optimum
     reaches 90% of its no-limit success). Base: ``sft_steps`` of SFT on a
     demonstrator that errs at ``sft_error_rate`` (a random other move): the
@@ -94,6 +106,8 @@ class ExperimentConfig:
     """
 
     preset: str = "default"
+    env: str = "frozenlake-compact"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     desc: tuple[str, ...] = ("SFF", "HFF", "HHG")
     success_rate: float = 0.8
     ceiling: int | None = None
@@ -154,6 +168,30 @@ class ExperimentConfig:
             check_between(f"{own}.eval_fractions", f, 0, 4, open_low=True)
         for k in self.pass_ks:
             check_int(f"{own}.pass_ks", k, minimum=1, maximum=self.eval_episodes)
+        self._check_env()
+
+    def _check_env(self) -> None:
+        own = "ExperimentConfig"
+        if self.env not in _ENVS:
+            raise ConfigError(f"{own}.env: unknown {self.env!r}; known: {', '.join(_ENVS)}")
+        if not isinstance(self.env_kwargs, dict):
+            raise ConfigError(f"{own}.env_kwargs: must be a mapping")
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        if self.env == "faulty-tools-compact":
+            from budgetmix.training.envs.faulty_tools_oracle import ToolsModel
+
+            unknown = sorted(set(self.env_kwargs) - set(_TOOLS_KWARGS))
+            if unknown:
+                raise ConfigError(
+                    f"{own}.env_kwargs: unknown {unknown}; known: {', '.join(_TOOLS_KWARGS)}"
+                )
+            try:
+                ToolsModel(**self.env_kwargs)
+            except ConfigError as exc:
+                raise ConfigError(f"{own}.env_kwargs: {exc}") from None
+            return
+        if self.env_kwargs:
+            raise ConfigError(f"{own}.env_kwargs: {self.env} takes desc and success_rate")
         from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
 
         try:
@@ -217,6 +255,16 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
     },
     "full-map2": {
         "desc": SECOND_MAP,
+        "seeds": 8,
+        "token_budget": 24_000,
+        "rl_steps": 1600,
+        "eval_episodes": 128,
+        "diag_episodes": 64,
+    },
+    # the second environment (issue 19 item 5): `default` and `full` on faulty-tools-compact
+    "tools": {**TOOLS_ENV, "diag_episodes": 8, "diag_samples": 8},
+    "full-tools": {
+        **TOOLS_ENV,
         "seeds": 8,
         "token_budget": 24_000,
         "rl_steps": 1600,

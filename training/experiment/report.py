@@ -2,7 +2,7 @@
 
 Files in the report's ``out_dir``: ``report.md``, ``summary.json``,
 ``success_vs_budget.png`` (every arm, with the exact oracle curves),
-``budget_sensitivity.png`` (P(right) at the start cell vs turns left, per arm and seed),
+``budget_sensitivity.png`` (P(flip move) at the start state vs turns left, per arm and seed),
 ``budgetmix_minus_fixed.png`` and ``training_curves.png`` (plots need
 matplotlib, the ``plots`` extra).
 """
@@ -53,14 +53,31 @@ def _arms(report: ExperimentReport) -> list[str]:
     return seen
 
 
+def _environment(report: ExperimentReport) -> dict[str, Any]:
+    """The environment's facts; a report without them (older runs) is FrozenLake's."""
+    env: dict[str, Any] = getattr(report, "environment", None) or {}
+    return {
+        "name": "frozenlake-compact",
+        "decision": "go right with 4-9 turns left, wait with 10+",
+        "state_name": "start cell",
+        **env,
+    }
+
+
 def _setup(report: ExperimentReport, command: str | None) -> list[str]:
     cfg = report.config
+    env = _environment(report)
+    if env["name"] == "frozenlake-compact":
+        title = "slippery FrozenLake"
+        where = f"Map `{'/'.join(cfg['desc'])}`, success_rate {cfg['success_rate']}"
+    else:
+        title, where = f"`{env['name']}`", f"Environment `{env['name']}` ({env.get('label', '')})"
     return [
-        "# BudgetMix vs fixed-budget RL on slippery FrozenLake (tiny LM, CPU)",
+        f"# BudgetMix vs fixed-budget RL on {title} (tiny LM, CPU)",
         "",
         f"Command: `{command}`" if command else f"Preset: `{cfg['preset']}`",
         "",
-        f"Map `{'/'.join(cfg['desc'])}`, success_rate {cfg['success_rate']}; ceiling "
+        f"{where}; ceiling "
         f"**{report.ceiling} turns** (oracle: 90% of the no-limit optimum). Base: "
         f"{cfg['sft_steps']} SFT steps on a budget-"
         f"{'aware' if cfg.get('demo_budget_aware') else 'blind'} demonstrator erring "
@@ -164,13 +181,13 @@ def _comparison_table(report: ExperimentReport) -> list[str]:
     return ["## Per-budget cells (paired per-seed differences, points)", "", *_table(head, rows)]
 
 
-def _sensitivity_section(diag: dict[str, Any]) -> list[str]:
+def _sensitivity_section(diag: dict[str, Any], where: str = "start cell") -> list[str]:
     sens = diag.get("sensitivity") or {}
     if not sens:
-        return ["## Budget sensitivity: the start cell does not depend on the budget here", ""]
+        return [f"## Budget sensitivity: the {where} does not depend on the budget here", ""]
     first = next(iter(sens.values()))
     lines = [
-        "## Budget sensitivity at the start cell",
+        f"## Budget sensitivity at the {where}",
         "",
         f"P({first['flip_action']} | k turns left) averaged over k in "
         f"{min(first['optimal_budgets'])}-{max(first['optimal_budgets'])} (where it is the "
@@ -283,7 +300,7 @@ def markdown(report: ExperimentReport, *, command: str | None = None) -> str:
     sections = (
         _setup(report, command),
         _primary_section(report),
-        _sensitivity_section(report.diagnostics),
+        _sensitivity_section(report.diagnostics, _environment(report)["state_name"]),
         _success_tables(report),
         _comparison_table(report),
         _quality_table(report.diagnostics),
@@ -388,6 +405,7 @@ def _training_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
 
 def _sensitivity_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     sens = report.diagnostics.get("sensitivity") or {}
+    env = _environment(report)
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for arm, s in sens.items():
         ax.plot(s["turns_left"], s["p_flip"], marker="o", ms=3, color=arm_colour(arm),
@@ -399,10 +417,10 @@ def _sensitivity_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
         opt = set(first["optimal_budgets"])
         oracle = [1.0 if k in opt else 0.0 for k in first["turns_left"]]
         ax.step(first["turns_left"], oracle, "k--", where="mid", label="oracle (best move)")
-        ax.set_ylabel(f"P({first['flip_action']!r}) at the start cell")
+        ax.set_ylabel(f"P({first['flip_action']!r}) at the {env['state_name']}")
     ax.set_xlabel("turns left (first turn of an episode with budget T)")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Budget sensitivity: go right with 4-9 turns left, wait with 10+")
+    ax.set_title(f"Budget sensitivity: {env['decision']}")
     ax.legend(fontsize=7)
     return save_figure(fig, plt, path)
 

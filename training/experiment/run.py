@@ -2,7 +2,9 @@
 
 :func:`run_experiment` runs, on a laptop CPU:
 
-1. the exact oracle of the map (ceiling, best achievable success per budget);
+1. the exact oracle of the environment (ceiling, best achievable success per budget):
+   ``frozenlake-compact`` on the map ``desc`` or ``faulty-tools-compact``, chosen by
+   ``config.env`` (:mod:`.environments`);
 2. a base policy: SFT on a noisy demonstrator (budget-aware by default);
 3. RL from that base, per training seed, for each arm in ``methods`` (fixed T at
    the ceiling; BudgetMix with every budget in each group and budget-stratified
@@ -10,7 +12,7 @@
    sampled-token budget (the stopping rule), the same KL anchor and schedule;
 4. final checkpoints only: a Pass@(K,T) grid on shared evaluation episodes,
    the deployment pick on separate validation episodes, budget sensitivity at the
-   start cell, step-level action quality by expected Q, recovery;
+   start state, step-level action quality by expected Q, recovery;
 5. seed-level statistics (the primary endpoint, Holm-corrected cells), collapses
    per arm, ``report.md``, PNG plots and ``summary.json`` in ``out_dir``.
 
@@ -35,18 +37,9 @@ from budgetmix.training.diagnostics import (
     DecisionPoint,
     EpisodeTrace,
     Policy,
-    frozenlake_q,
     invalid_reply,
     recovery_injection,
     run_episodes,
-)
-from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME, MOVE_LETTERS, parse_move
-from budgetmix.training.envs.frozenlake_oracle import (
-    FrozenLakeModel,
-    aware_success_curve,
-    find_ceiling,
-    policy_success_curve,
-    stationary_policy,
 )
 from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.analysis import (
@@ -61,6 +54,7 @@ from budgetmix.training.experiment.analysis import (
     train_summary,
 )
 from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
+from budgetmix.training.experiment.environments import experiment_env
 
 __all__ = ["ExperimentReport", "run_experiment"]
 
@@ -84,6 +78,7 @@ class ExperimentReport:
     per-seed start-cell budget sensitivity and the mean), ``action_quality`` (pair
     -> expected-Q shares with noise floors), ``recovery``, ``curves``. ``oracle``:
     exact success of the budget-aware optimum and the best budget-blind policy.
+    ``environment``: the environment's name, label, moves and start-state decision.
     """
 
     config: dict[str, Any]
@@ -99,6 +94,7 @@ class ExperimentReport:
     out_dir: Path
     stats: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what ``summary.json`` holds)."""
@@ -115,6 +111,7 @@ class ExperimentReport:
             "best_checkpoint": str(self.best_checkpoint),
             "stats": self.stats,
             "files": {k: str(v) for k, v in self.files.items()},
+            "environment": self.environment,
         }
 
 
@@ -144,18 +141,13 @@ class _Run:
 
     def __init__(self, config: ExperimentConfig, out: Path, progress: bool) -> None:
         self.cfg, self.out, self.progress = config, out, progress
-        self.model = FrozenLakeModel(config.desc, True, config.success_rate)
-        self.ceiling = config.ceiling or find_ceiling(self.model)
+        self.env = experiment_env(config)
+        self.ceiling = self.env.ceiling
         self.budgets = {
             _fraction_key(f): max(1, round(f * self.ceiling)) for f in config.eval_fractions
         }
-        self.env_kwargs = {
-            "desc": list(config.desc),
-            "success_rate": config.success_rate,
-            "demo_gamma": config.demo_gamma,
-            "demo_budget_aware": config.demo_budget_aware,
-        }
-        self.q = frozenlake_q(self.model)
+        self.env_kwargs = self.env.kwargs
+        self.q = self.env.q
         self.timings: dict[str, float] = {}
 
     def timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -166,7 +158,7 @@ class _Run:
 
     def tasks(self, n: int, offset: int = 0) -> list[Task]:
         seeds = range(EVAL_SEED_BASE + offset, EVAL_SEED_BASE + offset + n)
-        return env_tasks(COMPACT_ENV_NAME, seeds, self.env_kwargs)
+        return env_tasks(self.env.name, seeds, self.env_kwargs)
 
     # -- training -------------------------------------------------------------------------
     def _train_config(self, name: str, **kw: Any) -> Any:
@@ -174,7 +166,7 @@ class _Run:
 
         cfg = self.cfg
         base = {
-            "env": COMPACT_ENV_NAME,
+            "env": self.env.name,
             "env_kwargs": self.env_kwargs,
             "sampler": self.mix_sampler(),
             "notice_format": "v1-compact",
@@ -292,11 +284,7 @@ class _Run:
         return traces, validation
 
     def oracle_curves(self) -> dict[str, Any]:
-        top = max(self.budgets.values())
-        aware = aware_success_curve(self.model, top)
-        blind = policy_success_curve(
-            self.model, stationary_policy(self.model, self.cfg.demo_gamma), top
-        )
+        aware, blind = self.env.curves(max(self.budgets.values()))
         return {
             "aware": {k: float(aware[t]) for k, t in self.budgets.items()},
             "blind_demonstrator": {k: float(blind[t]) for k, t in self.budgets.items()},
@@ -304,8 +292,8 @@ class _Run:
 
     # -- diagnostics --------------------------------------------------------------------
     def sensitivity(self, arms: dict[str, list[Path]]) -> dict[str, Any]:
-        """Per arm and seed, the start-cell budget sensitivity (``None``: not budget-dependent)."""
-        budgets = list(range(2, max(self.budgets.values()) + 1))
+        """Per arm and seed, the start-state budget sensitivity (empty: not budget-dependent)."""
+        budgets = list(range(self.env.sensitivity_from, max(self.budgets.values()) + 1))
         tasks = self.tasks(self.cfg.sens_episodes, SENSITIVITY_OFFSET)
         out: dict[str, Any] = {}
         for arm, paths in arms.items():
@@ -313,10 +301,10 @@ class _Run:
             for i, p in enumerate(paths):
                 try:
                     res = budget_sensitivity(
-                        tasks, self.policy(p, 50_000 + i), budgets, self.q, parse_move,
-                        moves=tuple(MOVE_LETTERS), notice_format=self.fmt(arm),
+                        tasks, self.policy(p, 50_000 + i), budgets, self.q, self.env.parse,
+                        moves=self.env.moves, notice_format=self.fmt(arm),
                     )  # fmt: skip
-                except ConfigError:  # the map's start cell does not depend on the budget
+                except ConfigError:  # the start state does not depend on the budget here
                     return {}
                 rows.append(res.to_dict())
             out[arm] = sensitivity_summary(rows)
@@ -332,7 +320,7 @@ class _Run:
         half = max(1, round(self.ceiling / 2))
         points: list[DecisionPoint] = []
         for budget in (self.ceiling, half):
-            for tr in run_episodes(tasks, base_policy, budget, q=self.q):
+            for tr in run_episodes(tasks, base_policy, budget, q=self.q, moves=self.env.moves):
                 points.extend(tr.points)
         return points
 
@@ -353,7 +341,9 @@ class _Run:
             for s in range(self.cfg.seeds):
                 pa = self.policy(arms[a][s if a != "base" else 0], 20_000 + s)
                 pb = self.policy(arms[b][s if b != "base" else 0], 30_000 + s)
-                res = compare_expected(points, pa, pb, self.q, samples=self.cfg.diag_samples)
+                res = compare_expected(
+                    points, pa, pb, self.q, samples=self.cfg.diag_samples, moves=self.env.moves
+                )
                 rows.append(res.to_dict())
             quality[f"{a} vs {b}"] = pool_comparisons(rows)
         return quality
@@ -427,8 +417,7 @@ def run_experiment(
     with _threads(config.threads):
         _say(
             progress,
-            f"map {'/'.join(config.desc)}, slip {config.success_rate}, "
-            f"ceiling {run.ceiling} turns; budgets {run.budgets}",
+            f"{run.env.label}, ceiling {run.ceiling} turns; budgets {run.budgets}",
         )
         arms, training = _train(run)
         _say(progress, "evaluating final checkpoints (grid, then validation seeds)")
@@ -454,6 +443,7 @@ def run_experiment(
             best_checkpoint=best,
             out_dir=out,
             stats=stats,
+            environment=run.env.describe(),
         )
         files = write_report(report)
     _say(progress, f"report: {files['report']}")

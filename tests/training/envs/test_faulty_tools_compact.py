@@ -217,6 +217,23 @@ def test_the_known_aware_and_blind_success_at_fractions_of_the_ceiling() -> None
     assert all(a >= b for a, b in zip(aware, blind, strict=True))
 
 
+def test_the_defaults_flip_at_the_nine_ten_boundary_with_ceiling_fifteen() -> None:
+    model = ToolsModel()  # the experiment presets' environment
+    assert (model.hops, model.fault_p, model.guess_p) == (9, 0.2, 0.25)
+    q, _ = finite_horizon_values(model, 16)
+    for k in range(1, 17):
+        for j in range(10):
+            want = "a" if j == 9 else ("g" if k <= 9 - j else "n")
+            assert TOOL_MOVES[optimal_move(q[k][j])] == want, (k, j)
+    assert guess_budgets(model, 40) == tuple(range(1, 10)) and find_ceiling(model) == 15
+    aware = aware_success_curve(model, 22)
+    blind = policy_success_curve(model, stationary_policy(model), 22)
+    got = [(round(aware[t], 4), round(blind[t], 4)) for t in (4, 8, 11, 15, 22)]
+    assert got == [
+        (0.2496, 0.0), (0.25, 0.0), (0.4743, 0.3221), (0.9491, 0.9389), (0.9999, 0.9999),
+    ]  # fmt: skip
+
+
 def test_the_oracle_on_the_real_environment_scores_its_exact_value() -> None:
     demo = ToolsDemonstrator(0.0, 0)
     policy = pointwise(lambda p: demo.move(MODEL, p.state[0], p.turns_remaining))

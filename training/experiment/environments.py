@@ -1,0 +1,169 @@
+"""The experiment's environments: what :func:`~budgetmix.training.experiment.run_experiment`
+needs to know about one, behind one small record.
+
+:class:`ExperimentEnv` holds the registry name and keywords the tasks and the
+trainer build it with, the exact model's facts (the ceiling, the Q-function, the
+success curves of the budget-aware optimum and of the best budget-blind policy)
+and how to read a reply (``parse`` into ``moves``), plus the budget-dependent
+decision at the start state that the sensitivity diagnostic probes.
+:func:`experiment_env` builds it from an
+:class:`~budgetmix.training.experiment.config.ExperimentConfig`:
+
+* ``frozenlake-compact`` (default): the map ``desc`` at ``success_rate``; at the
+  demo map's start cell *right* is strictly best with 4-9 turns left, *wait* with 10+;
+* ``faulty-tools-compact``: a chain of ``hops`` flaky lookups
+  (:mod:`budgetmix.training.envs.faulty_tools_compact`); at the start *guess* is
+  strictly best while the lookups and the answer cannot fit in the turns left
+  (1-9 turns left with the presets' 9 hops), *look up* otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from budgetmix.training.diagnostics import QFunction, frozenlake_q
+from budgetmix.training.envs.faulty_tools_compact import TOOLS_COMPACT_ENV_NAME
+from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME, MOVE_LETTERS, parse_move
+
+if TYPE_CHECKING:
+    from budgetmix.training.experiment.config import ExperimentConfig
+
+__all__ = ["ENV_NAMES", "ExperimentEnv", "experiment_env"]
+
+#: Environments the experiment runs on.
+ENV_NAMES: tuple[str, ...] = (COMPACT_ENV_NAME, TOOLS_COMPACT_ENV_NAME)
+#: Keywords of ``faulty-tools-compact`` an ExperimentConfig may set (``env_kwargs``).
+TOOLS_KWARGS: tuple[str, ...] = ("hops", "fault_p", "guess_p")
+
+#: ``top -> (aware, blind)``: exact success from the start for T = 0..top.
+Curves = Callable[[int], tuple[Sequence[float], Sequence[float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentEnv:
+    """One environment of the experiment (see the module notes).
+
+    ``kwargs`` build tasks and demonstrators (demo options included); ``label`` is
+    one line for the report; ``sensitivity_from`` is the smallest turns-left value
+    the sensitivity diagnostic probes; ``decision`` says the start state's
+    budget-dependent choice in words; ``state_name`` names that state.
+    """
+
+    name: str
+    kwargs: dict[str, Any]
+    label: str
+    ceiling: int
+    q: QFunction
+    parse: Callable[[str], int | None]
+    moves: tuple[str, ...]
+    curves: Curves
+    sensitivity_from: int
+    decision: str
+    state_name: str
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready facts for the report."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "moves": list(self.moves),
+            "decision": self.decision,
+            "state_name": self.state_name,
+            "sensitivity_from": self.sensitivity_from,
+        }
+
+
+def _frozenlake(config: ExperimentConfig) -> ExperimentEnv:
+    from budgetmix.training.envs.frozenlake_oracle import (
+        FrozenLakeModel,
+        aware_success_curve,
+        find_ceiling,
+        policy_success_curve,
+        stationary_policy,
+    )
+
+    model = FrozenLakeModel(config.desc, True, config.success_rate)
+
+    def curves(top: int) -> tuple[Sequence[float], Sequence[float]]:
+        blind = stationary_policy(model, config.demo_gamma)
+        aware = aware_success_curve(model, top).tolist()
+        return aware, policy_success_curve(model, blind, top).tolist()
+
+    return ExperimentEnv(
+        name=COMPACT_ENV_NAME,
+        kwargs={
+            "desc": list(config.desc),
+            "success_rate": config.success_rate,
+            "demo_gamma": config.demo_gamma,
+            "demo_budget_aware": config.demo_budget_aware,
+        },
+        label=f"map {'/'.join(config.desc)}, slip {config.success_rate}",
+        ceiling=config.ceiling or find_ceiling(model),
+        q=frozenlake_q(model),
+        parse=parse_move,
+        moves=tuple(MOVE_LETTERS),
+        curves=curves,
+        sensitivity_from=2,
+        decision="go right with 4-9 turns left, wait with 10+",
+        state_name="start cell",
+    )
+
+
+def _tools(config: ExperimentConfig) -> ExperimentEnv:
+    from budgetmix.training.envs.faulty_tools_oracle import (
+        TOOL_MOVES,
+        ToolsModel,
+        aware_success_curve,
+        find_ceiling,
+        guess_budgets,
+        parse_tool_move,
+        policy_success_curve,
+        stationary_policy,
+        tools_q,
+    )
+
+    model = ToolsModel(**config.env_kwargs)
+    ceiling = config.ceiling or find_ceiling(model)
+    guess = guess_budgets(model, 2 * ceiling)
+
+    def curves(top: int) -> tuple[Sequence[float], Sequence[float]]:
+        blind = stationary_policy(model, config.demo_gamma)
+        return aware_success_curve(model, top), policy_success_curve(model, blind, top)
+
+    return ExperimentEnv(
+        name=TOOLS_COMPACT_ENV_NAME,
+        kwargs={
+            **config.env_kwargs,
+            "demo_gamma": config.demo_gamma,
+            "demo_budget_aware": config.demo_budget_aware,
+        },
+        label=f"{model.hops}-hop lookup chain, fault_p {model.fault_p}, guess_p {model.guess_p}",
+        ceiling=ceiling,
+        q=tools_q(model),
+        parse=parse_tool_move,
+        moves=tuple(TOOL_MOVES),
+        curves=curves,
+        sensitivity_from=1,
+        decision=_guess_words(guess),
+        state_name="start state",
+    )
+
+
+def _guess_words(guess: Sequence[int]) -> str:
+    if not guess:
+        return "guessing is never strictly best"
+    runs = f"{guess[0]}-{guess[-1]}" if len(guess) > 1 else str(guess[0])
+    if list(guess) != list(range(guess[0], guess[-1] + 1)):
+        runs = ", ".join(map(str, guess))
+    return f"guess with {runs} turns left, look up otherwise"
+
+
+def experiment_env(config: ExperimentConfig) -> ExperimentEnv:
+    """The environment ``config.env`` names, with its exact model.
+
+    Raises:
+        ConfigError: an invalid map or environment keyword (the message names it).
+    """
+    return _tools(config) if config.env == TOOLS_COMPACT_ENV_NAME else _frozenlake(config)
