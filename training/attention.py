@@ -125,7 +125,9 @@ def grouped_attention(model: Any) -> Iterator[bool]:
     """Run ``model``'s grouped-query ``sdpa`` layers through :func:`grouped_sdpa_attention`
     inside the block (yields whether any layer was switched); ``sdpa`` again after it,
     also when the block raises. A model with another attention implementation, or
-    without grouped-query layers, is left as it is."""
+    without grouped-query layers, is left as it is. A forward pass of another thread
+    meanwhile computes the same attention through either function (only its speed
+    depends on which)."""
     configs = _grouped_sdpa_configs(model)
     if configs:
         _register()
