@@ -26,13 +26,18 @@ __all__ = ["ExpectedComparison", "compare_expected", "expected_q", "non_tied"]
 def expected_q(
     points: Sequence[DecisionPoint], policy: Policy, q: QFunction, samples: int
 ) -> list[float]:
-    """Per point, the mean Q of ``samples`` actions the policy draws there (one batch)."""
-    batch = [p for p in points for _ in range(samples)]
-    actions = list(policy(batch))
-    return [
-        sum(q(p, a) for a in actions[i * samples : (i + 1) * samples]) / samples
-        for i, p in enumerate(points)
-    ]
+    """Per point, the mean Q of ``samples`` actions the policy draws there.
+
+    The policy is asked ``samples`` times for the same points, in order, so a
+    policy that keeps per-row caches across calls (``LMPolicy``) reads each
+    point's context once.
+    """
+    totals = [0.0] * len(points)
+    for _ in range(samples):
+        actions = list(policy(points))
+        for i, (p, a) in enumerate(zip(points, actions, strict=True)):
+            totals[i] += q(p, a)
+    return [t / samples for t in totals]
 
 
 def non_tied(

@@ -60,7 +60,14 @@ class LMPolicy:
         )
 
     def __call__(self, points: Sequence[DecisionPoint]) -> list[str]:
-        """One sampled reply per point (the EOS token stripped)."""
+        """One sampled reply per point (the EOS token stripped).
+
+        Row ``i`` of a call keeps its KV cache for row ``i`` of the next call: the
+        next turn of an episode feeds only its new ids, and the same points asked
+        again (:func:`~budgetmix.training.action_quality.expected_q`) feed only
+        the sampled ids again (the sampler rewinds a row to the longest common
+        prefix, so any other context is still sampled exactly).
+        """
         from budgetmix.training.generation import GenerationRequest
 
         if not points:
@@ -73,8 +80,9 @@ class LMPolicy:
                 cast(Any, None),  # ModelGenerator reads only the context ids
                 p.messages[-1]["content"],
                 _ledger_state(p),
+                episode=i,
             )
-            for p in points
+            for i, p in enumerate(points)
         ]
         out = []
         for gen in self.generator.generate(requests, self.max_new_tokens):

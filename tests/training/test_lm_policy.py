@@ -1,0 +1,79 @@
+"""LMPolicy keeps per-row KV caches across calls without changing what it samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from budgetmix.training.diagnostics import pointwise, run_episodes
+from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME
+from budgetmix.training.envs.registry import env_tasks
+from budgetmix.training.experiment.lm import LMPolicy
+from budgetmix.training.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.tokenizer import build_char_tokenizer
+
+KW = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8}
+
+
+def _points() -> list[Any]:
+    tasks = env_tasks(COMPACT_ENV_NAME, range(6), KW)
+    moves = "ululru"
+    traces = run_episodes(tasks, pointwise(lambda p: moves[p.turn % 6]), 5)
+    return [p for tr in traces for p in tr.points]
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer() -> tuple[Any, Any]:
+    tokenizer = build_char_tokenizer()
+    spec = TinyModelSpec(arch="llama", hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
+    model = build_tiny_model(spec, tokenizer, seed=3)
+    model.eval()
+    return model, tokenizer
+
+
+def _counting(model: Any) -> list[int]:
+    fed: list[int] = []
+    inner = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = kwargs.get("attention_mask")
+        fed.append(int(ids.numel()) if mask is None else int(ids.shape[0] * ids.shape[1]))
+        return inner(*args, **kwargs)
+
+    model.forward = forward
+    return fed
+
+
+def test_cached_rows_sample_what_a_fresh_policy_samples(model_and_tokenizer: Any) -> None:
+    model, tokenizer = model_and_tokenizer
+    points = _points()
+    assert len(points) > 12
+    kept = LMPolicy(model, tokenizer, temperature=0.0, batch_size=8)
+    first = kept(points)
+    # the same points again, then another set (other contexts in the same rows)
+    assert kept(points) == first
+    shuffled = points[5:] + points[:5]
+    fresh = LMPolicy(model, tokenizer, temperature=0.0, batch_size=8)
+    assert kept(shuffled) == fresh(shuffled)
+
+
+def test_asking_the_same_points_again_feeds_only_the_sampled_ids(model_and_tokenizer: Any) -> None:
+    model, tokenizer = model_and_tokenizer
+    points = _points()[:8]
+    policy = LMPolicy(model, tokenizer, temperature=1.0, batch_size=8, seed=1)
+    fed = _counting(model)
+    try:
+        policy(points)
+        first = sum(fed)
+        fed.clear()
+        policy(points)
+        again = sum(fed)
+    finally:
+        del model.forward
+    assert first > 8 * 50  # every context read once: instructions, map, notices
+    assert again <= 8 * 3 * 4  # per row: at most a few re-fed sampled ids per step
