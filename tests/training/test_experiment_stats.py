@@ -32,3 +32,19 @@ def test_mean_test_by_hand() -> None:
 def test_holm_step_down() -> None:
     assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+
+
+def test_cell_reading_names_the_pair_and_follows_holm() -> None:
+    from budgetmix.training.experiment.report import _reading
+
+    cell = {
+        "arm": "budgetmix",
+        "versus": "budgetmix-masked",
+        "diff": -0.15,
+        "lo": -0.27,
+        "hi": -0.04,
+    }
+    assert _reading({**cell, "p_holm": 0.071}) == "within noise (Holm)"
+    assert _reading({**cell, "p_holm": 0.02}) == "budgetmix-masked ahead"
+    assert _reading({**cell, "diff": 0.1, "p_holm": 0.01}) == "budgetmix ahead"
+    assert _reading({**cell, "p_holm": float("nan")}) == "within noise (Holm)"

@@ -120,9 +120,12 @@ def _success_tables(report: ExperimentReport) -> list[str]:
 
 
 def _reading(c: dict[str, Any]) -> str:
-    if c["lo"] <= 0.0 <= c["hi"]:
-        return "within noise"
-    return "BudgetMix ahead" if c["diff"] > 0 else "fixed ahead"
+    """``A ahead`` / ``B ahead`` only where the Holm-corrected p is below 0.05."""
+    p = c.get("p_holm")
+    if p is None or not p < 0.05:
+        return "within noise (Holm)"
+    a, b = c.get("arm", "budgetmix"), c.get("versus", "fixed")
+    return f"{a} ahead" if c["diff"] > 0 else f"{b} ahead"
 
 
 def _interval(c: dict[str, Any], key: str = "mean") -> str:
