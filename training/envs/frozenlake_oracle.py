@@ -57,6 +57,7 @@ __all__ = [
     "find_ceiling",
     "finite_horizon_values",
     "no_limit_success",
+    "noisy_aware_success_curve",
     "policy_success_curve",
     "stationary_policy",
 ]
@@ -190,6 +191,51 @@ def aware_success_curve(model: FrozenLakeModel, horizon: int) -> FloatArray:
     """Success probability of the budget-aware optimum from the start, for T = 0..horizon."""
     v, _ = finite_horizon_values(model, horizon)
     return v[:, model.start].copy()
+
+
+def noisy_aware_success_curve(
+    model: FrozenLakeModel,
+    horizon: int,
+    error_rate: float,
+    *,
+    start_move: int | None = None,
+) -> FloatArray:
+    """Exact success of the budget-aware optimum *executed with errors*, for T = 0..horizon.
+
+    At every turn the agent takes the exact optimum's move for (cell, turns left),
+    ties broken as :class:`OptimalPolicy` (the demonstrators) breaks them, except that with probability ``error_rate`` it takes one of the three other
+    moves at random (the noisy demonstrator's error model). ``start_move``, when
+    given, replaces the intended move at the start cell at every budget (e.g.
+    ``2``, right: "hurry at the start whatever the budget"). With
+    ``error_rate=0`` and no ``start_move`` this is :func:`aware_success_curve`.
+    It answers whether the optimum's budget-dependent choices still pay for an
+    agent that errs: waiting on a safe cell is optimal only if later moves are.
+
+    Raises:
+        ConfigError: ``error_rate`` outside [0, 1], a bad ``start_move`` or horizon.
+    """
+    import numpy as np
+
+    check_between("error_rate", error_rate, 0, 1)
+    if start_move is not None and start_move not in range(4):
+        raise ConfigError(f"start_move: must be an action id 0..3, got {start_move!r}")
+    if horizon < 0:
+        raise ConfigError(f"horizon: must be >= 0, got {horizon}")
+    optimum = OptimalPolicy(model)
+    n = model.n_states
+    v = model.goal_mask.astype(np.float64)
+    curve = np.zeros(horizon + 1, dtype=np.float64)
+    curve[0] = v[model.start]
+    for t in range(1, horizon + 1):
+        intended = np.array([optimum.aware_move(s, t) for s in range(n)], dtype=np.intp)
+        if start_move is not None:
+            intended[model.start] = start_move
+        probs = np.full((n, 4), error_rate / 3.0)
+        probs[np.arange(n), intended] = 1.0 - error_rate
+        v = np.einsum("sa,sat,t->s", probs, model.transitions, v)
+        model._fix_terminal(v)
+        curve[t] = v[model.start]
+    return curve
 
 
 def discounted_values(

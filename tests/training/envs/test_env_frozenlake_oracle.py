@@ -127,3 +127,43 @@ def test_model_validation() -> None:
         find_ceiling(FrozenLakeModel(("SHG",), False))
     with pytest.raises(ConfigError, match="policy"):
         policy_success_curve(FrozenLakeModel(("SG",)), [0], 3)
+
+
+def test_noisy_aware_curve_known_answers() -> None:
+    import numpy as np
+    from budgetmix.training.envs.frozenlake_oracle import (
+        aware_success_curve,
+        noisy_aware_success_curve,
+    )
+
+    demo = FrozenLakeModel(("SFF", "HFF", "HHG"), True, 0.8)
+    assert np.allclose(noisy_aware_success_curve(demo, 21, 0.0), aware_success_curve(demo, 21))
+    # one step from the goal, no slip: every turn the move succeeds unless it errs
+    line = FrozenLakeModel(("SG",), False)
+    for e in (0.1, 0.3):
+        curve = noisy_aware_success_curve(line, 5, e)
+        assert np.allclose(curve, [1 - e**t if t else 0.0 for t in range(6)])
+
+
+def test_waiting_at_the_start_pays_only_for_an_agent_that_rarely_errs() -> None:
+    from budgetmix.training.envs.frozenlake_oracle import noisy_aware_success_curve
+
+    demo = FrozenLakeModel(("SFF", "HFF", "HHG"), True, 0.8)
+    right = 2
+    for t in (14, 21):
+        exact = noisy_aware_success_curve(demo, 21, 0.0)
+        hurried = noisy_aware_success_curve(demo, 21, 0.0, start_move=right)
+        assert exact[t] > hurried[t] + 0.03  # the optimum waits at the start here
+        noisy = noisy_aware_success_curve(demo, 21, 0.3)
+        noisy_hurried = noisy_aware_success_curve(demo, 21, 0.3, start_move=right)
+        assert noisy_hurried[t] > noisy[t] + 0.1  # with 30% errors hurrying is better
+
+
+def test_noisy_aware_curve_rejects_bad_input() -> None:
+    from budgetmix.training.envs.frozenlake_oracle import noisy_aware_success_curve
+
+    demo = FrozenLakeModel(("SFF", "HFF", "HHG"), True, 0.8)
+    with pytest.raises(ConfigError, match="error_rate"):
+        noisy_aware_success_curve(demo, 5, 1.5)
+    with pytest.raises(ConfigError, match="start_move"):
+        noisy_aware_success_curve(demo, 5, 0.1, start_move=7)
