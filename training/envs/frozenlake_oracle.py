@@ -203,7 +203,8 @@ def noisy_aware_success_curve(
     """Exact success of the budget-aware optimum *executed with errors*, for T = 0..horizon.
 
     At every turn the agent takes the exact optimum's move for (cell, turns left),
-    ties broken as :class:`OptimalPolicy` (the demonstrators) breaks them, except that with probability ``error_rate`` it takes one of the three other
+    ties broken as :class:`OptimalPolicy` (the demonstrators) breaks them,
+    except that with probability ``error_rate`` it takes one of the three other
     moves at random (the noisy demonstrator's error model). ``start_move``, when
     given, replaces the intended move at the start cell at every budget (e.g.
     ``2``, right: "hurry at the start whatever the budget"). With
