@@ -48,3 +48,17 @@ def test_cell_reading_names_the_pair_and_follows_holm() -> None:
     assert _reading({**cell, "p_holm": 0.02}) == "budgetmix-masked ahead"
     assert _reading({**cell, "diff": 0.1, "p_holm": 0.01}) == "budgetmix ahead"
     assert _reading({**cell, "p_holm": float("nan")}) == "within noise (Holm)"
+
+
+def test_one_base_model_shows_its_episode_interval_not_infinite_bounds() -> None:
+    from budgetmix.training.experiment.report import _s_text
+
+    one = {
+        "mean": 0.64,
+        "lo": float("-inf"),
+        "hi": float("inf"),
+        "per_seed": [{"low": 0.59, "high": 0.69}],
+    }
+    assert _s_text(one) == "+0.64 [+0.59, +0.69] (one model, over episodes)"
+    four = {"mean": 0.74, "lo": 0.70, "hi": 0.77, "per_seed": [{"low": 0.6, "high": 0.8}] * 4}
+    assert _s_text(four) == "+0.74 [+0.70, +0.77]"

@@ -184,6 +184,15 @@ def _comparison_table(report: ExperimentReport) -> list[str]:
     return ["## Per-budget cells (paired per-seed differences, points)", "", *_table(head, rows)]
 
 
+def _s_text(s: dict[str, Any]) -> str:
+    """Mean S with its t-interval over seeds; one model (the base): its interval over episodes."""
+    seeds = s.get("per_seed") or []
+    if len(seeds) == 1 and "low" in seeds[0]:
+        r = seeds[0]
+        return f"{s['mean']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] (one model, over episodes)"
+    return f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]"
+
+
 def _sensitivity_section(diag: dict[str, Any], where: str = "start cell") -> list[str]:
     sens = diag.get("sensitivity") or {}
     if not sens:
@@ -202,7 +211,7 @@ def _sensitivity_section(diag: dict[str, Any], where: str = "start cell") -> lis
     rows = [
         [
             arm,
-            f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]",
+            _s_text(s),
             " ".join(f"{r['sensitivity']:+.2f}" for r in s["per_seed"]),
             " ".join(f"{f:.2f}" for f in s["noise_floors"]),
         ]
@@ -412,7 +421,7 @@ def _sensitivity_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for arm, s in sens.items():
         ax.plot(s["turns_left"], s["p_flip"], marker="o", ms=3, color=arm_colour(arm),
-                label=f"{arm}: S={s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]")  # fmt: skip
+                label=f"{arm}: S={_s_text(s)}")  # fmt: skip
         for r in s["per_seed"]:
             ax.plot(s["turns_left"], r["p_flip"], color=arm_colour(arm), lw=0.5, alpha=0.35)
     if sens:
