@@ -107,6 +107,7 @@ def test_oracles_refuse_other_envs() -> None:
 def test_registry() -> None:
     assert set(ENVIRONMENTS) == {
         "echo",
+        "faulty-tools-compact",
         "faulty_tools",
         "frozenlake",
         "frozenlake-compact",
@@ -117,7 +118,9 @@ def test_registry() -> None:
     assert isinstance(env, FrozenLakeEnv) and env.name == "frozenlake"
     assert make_env("faulty_tools", hops=1).name == "faulty_tools"
     with pytest.raises(
-        ConfigError, match="echo, faulty_tools, frozenlake, frozenlake-compact, frozenlake-tools"
+        ConfigError,
+        match="echo, faulty-tools-compact, faulty_tools, frozenlake, frozenlake-compact, "
+        "frozenlake-tools",
     ):
         make_env("sokoban")
     with pytest.raises(ConfigError, match="frozenlake"):
