@@ -62,3 +62,30 @@ def test_one_base_model_shows_its_episode_interval_not_infinite_bounds() -> None
     assert _s_text(one) == "+0.64 [+0.59, +0.69] (one model, over episodes)"
     four = {"mean": 0.74, "lo": 0.70, "hi": 0.77, "per_seed": [{"low": 0.6, "high": 0.8}] * 4}
     assert _s_text(four) == "+0.74 [+0.70, +0.77]"
+
+
+def test_the_deployment_pick_never_takes_the_masked_control() -> None:
+    from pathlib import Path
+
+    from budgetmix.training.diagnostics import EpisodeTrace
+    from budgetmix.training.experiment.analysis import best_checkpoint
+
+    def traces(successes: int) -> dict[int, list[EpisodeTrace]]:
+        runs = [EpisodeTrace("t", i, 7, (), (), (), i < successes, "done") for i in range(4)]
+        return {7: runs}
+
+    arms = {
+        "base": [Path("base")],
+        "fixed": [Path("f0")],
+        "budgetmix": [Path("b0"), Path("b1")],
+        "budgetmix-masked": [Path("m0")],
+    }
+    validation = {
+        "fixed": [traces(4)],
+        "budgetmix": [traces(1), traces(2)],
+        "budgetmix-masked": [traces(4)],  # best on validation, but not deployable
+    }
+    path, pick = best_checkpoint(arms, validation)
+    assert (path, pick["arm"], pick["seed"], pick["validation_success"]) == (
+        Path("b1"), "budgetmix", 1, 0.5,
+    )  # fmt: skip

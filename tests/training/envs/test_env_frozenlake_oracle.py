@@ -167,3 +167,15 @@ def test_noisy_aware_curve_rejects_bad_input() -> None:
         noisy_aware_success_curve(demo, 5, 1.5)
     with pytest.raises(ConfigError, match="start_move"):
         noisy_aware_success_curve(demo, 5, 0.1, start_move=7)
+
+
+def test_the_crossover_at_the_ceiling_lies_between_3_and_5_percent_errors() -> None:
+    from budgetmix.training.envs.frozenlake_oracle import noisy_aware_success_curve
+
+    demo = FrozenLakeModel(("SFF", "HFF", "HHG"), True, 0.8)
+
+    def wait_gain(e: float) -> float:
+        waits = noisy_aware_success_curve(demo, 14, e)[14]
+        return float(waits - noisy_aware_success_curve(demo, 14, e, start_move=2)[14])
+
+    assert wait_gain(0.03) > 0 > wait_gain(0.05)  # docs: 3.5% at T=14
