@@ -77,3 +77,26 @@ def test_asking_the_same_points_again_feeds_only_the_sampled_ids(model_and_token
         del model.forward
     assert first > 8 * 50  # every context read once: instructions, map, notices
     assert again <= 8 * 3 * 4  # per row: at most a few re-fed sampled ids per step
+
+
+def test_next_token_probabilities_are_the_models_softmax(model_and_tokenizer: Any) -> None:
+    import torch
+    from budgetmix.exceptions import ConfigError
+    from budgetmix.training.budget_sensitivity import start_points
+    from budgetmix.training.experiment.lm import next_token_probabilities
+
+    model, tokenizer = model_and_tokenizer
+    policy = LMPolicy(model, tokenizer)
+    points = start_points(env_tasks(COMPACT_ENV_NAME, [0], KW), [3, 9, 10])
+    probs = next_token_probabilities(policy, model, points, ["l", "d", "r", "u"])
+    assert len(probs) == 3 and all(0 < sum(p.values()) <= 1 for p in probs)
+    # against a hand-made forward pass of the same context
+    ctx = policy.codec.encode(policy.codec.render(list(points[0].messages), generation_prompt=True))
+    with torch.no_grad():
+        ref = torch.softmax(model(torch.tensor([ctx])).logits[0, -1], -1)
+    r_id = tokenizer.encode("r", add_special_tokens=False)[0]
+    assert probs[0]["r"] == pytest.approx(float(ref[r_id]), rel=1e-6)
+    # the notices differ, so a random model gives different distributions
+    assert probs[0] != probs[2]
+    with pytest.raises(ConfigError, match="tokens"):
+        next_token_probabilities(policy, model, points, ["right"])

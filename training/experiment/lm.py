@@ -18,7 +18,7 @@ from budgetmix.budget import Budget
 from budgetmix.ledger import Ledger, LedgerState
 from budgetmix.training.diagnostics import DecisionPoint, Policy
 
-__all__ = ["LMPolicy", "load_lm_policy"]
+__all__ = ["LMPolicy", "load_lm_policy", "next_token_probabilities"]
 
 
 def _ledger_state(point: DecisionPoint) -> LedgerState:
@@ -103,3 +103,39 @@ def load_lm_policy(path: str | Path, **kwargs: Any) -> tuple[Policy, Any, Any]:
     model, tokenizer = load_pretrained(path)
     model.eval()
     return LMPolicy(model, tokenizer, **kwargs), model, tokenizer
+
+
+def next_token_probabilities(
+    policy: LMPolicy, model: Any, points: Sequence[DecisionPoint], tokens: Sequence[str]
+) -> list[dict[str, float]]:
+    """Per point, the model's exact probability (temperature 1) of each of ``tokens`` as
+    the first id of its reply: what the sampled sensitivity estimates, without
+    sampling noise.
+
+    Points whose notices differ only in the numbers and get *identical* distributions
+    show what the model reads of the notice: on the experiment's char-level model the
+    start move is the same for every one-digit count of turns left and for every
+    two-digit one (docs/experiment.md).
+
+    Raises:
+        ConfigError: a token that is not one id of the tokenizer.
+    """
+    import torch
+    from budgetmix.exceptions import ConfigError
+
+    tokenizer = policy.codec.tokenizer
+    ids = {}
+    for t in tokens:
+        enc = tokenizer.encode(t, add_special_tokens=False)
+        if len(enc) != 1:
+            raise ConfigError(f"tokens: {t!r} is not one token of this tokenizer")
+        ids[t] = enc[0]
+    out = []
+    with torch.no_grad():
+        for p in points:
+            ctx = policy.codec.encode(
+                policy.codec.render([dict(m) for m in p.messages], generation_prompt=True)
+            )
+            probs = torch.softmax(model(torch.tensor([ctx])).logits[0, -1].float(), dim=-1)
+            out.append({t: float(probs[i]) for t, i in ids.items()})
+    return out
