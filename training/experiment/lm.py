@@ -55,18 +55,29 @@ class LMPolicy:
 
         self.codec = ChatCodec(tokenizer)
         self.max_new_tokens = max_new_tokens
+        self._ids: dict[tuple[str, int, int, int], int] = {}
         self.generator = ModelGenerator.seeded(
             model, tokenizer, temperature=temperature, batch_size=batch_size, seed=seed
         )
 
+    def _keys(self, points: Sequence[DecisionPoint]) -> list[int]:
+        seen: dict[tuple[str, int, int], int] = {}
+        keys = []
+        for p in points:
+            episode = (p.task_id, p.seed, p.turns_total)
+            n = seen[episode] = seen.get(episode, -1) + 1
+            keys.append(self._ids.setdefault((*episode, n), len(self._ids)))
+        return keys
+
     def __call__(self, points: Sequence[DecisionPoint]) -> list[str]:
         """One sampled reply per point (the EOS token stripped).
 
-        Row ``i`` of a call keeps its KV cache for row ``i`` of the next call: the
-        next turn of an episode feeds only its new ids, and the same points asked
-        again (:func:`~budgetmix.training.action_quality.expected_q`) feed only
-        the sampled ids again (the sampler rewinds a row to the longest common
-        prefix, so any other context is still sampled exactly).
+        Each episode (task, seed, budget; the n-th such point of a call) keeps its KV
+        cache from one call to the next: the next turn of an episode feeds only its
+        new ids, and the same points asked again
+        (:func:`~budgetmix.training.action_quality.expected_q`) feed only the sampled
+        ids again. The sampler rewinds a cache to the longest common prefix, so a key
+        that meets another context still samples it exactly.
         """
         from budgetmix.training.generation import GenerationRequest
 
@@ -80,9 +91,9 @@ class LMPolicy:
                 cast(Any, None),  # ModelGenerator reads only the context ids
                 p.messages[-1]["content"],
                 _ledger_state(p),
-                episode=i,
+                episode=key,
             )
-            for i, p in enumerate(points)
+            for p, key in zip(points, self._keys(points), strict=True)
         ]
         out = []
         for gen in self.generator.generate(requests, self.max_new_tokens):
