@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -121,3 +123,13 @@ def framework(module: str) -> Any:
     if os.environ.get("CI"):
         return importlib.import_module(module)
     return pytest.importorskip(module)
+
+
+def side_by_side(one_run: Callable[[int], None], budgets: tuple[int, ...] = (2, 3)) -> None:
+    """Run ``one_run(budget)`` for every budget at once, one thread each, and wait (60 s
+    per thread): the concurrent-runs check of every framework test."""
+    threads = [threading.Thread(target=one_run, args=(b,)) for b in budgets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)

@@ -5,7 +5,6 @@ client library) whose transport is the budget transport."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from _integration_support import (
     framework,
     notices,
     observation_before_notice,
+    side_by_side,
 )
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters import budgeted
@@ -169,11 +169,7 @@ def test_concurrent_runs_in_threads_keep_separate_budgets(
             raise info.value  # unhandled: the episode ends on the budget
         results[turns] = ep.result
 
-    threads = [threading.Thread(target=one_run, args=(t,)) for t in (2, 3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    side_by_side(one_run)
     assert {t: (r.used["turns"], r.status) for t, r in results.items()} == {
         2: (2, EpisodeStatus.BUDGET_EXHAUSTED),
         3: (3, EpisodeStatus.BUDGET_EXHAUSTED),

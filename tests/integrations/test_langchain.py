@@ -5,7 +5,6 @@ client whose transport is the budget transport)."""
 
 from __future__ import annotations
 
-import threading
 import warnings
 from typing import Any
 
@@ -17,6 +16,7 @@ from _integration_support import (
     framework,
     notices,
     observation_before_notice,
+    side_by_side,
 )
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
@@ -116,10 +116,6 @@ def test_concurrent_runs_in_threads_keep_separate_budgets(server: FakeLLMServer)
             agent.invoke(task("the same task"))
         results[turns] = ep.result
 
-    threads = [threading.Thread(target=one_run, args=(t,)) for t in (2, 3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    side_by_side(one_run)
     assert {t: r.used["turns"] for t, r in results.items()} == {2: 2, 3: 3}
     assert len(server.model_requests()) == 5

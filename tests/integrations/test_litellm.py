@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any
 
 import httpx
 import pytest
-from _integration_support import Spans, assert_prefix_stable, framework, in_chain, notices
+from _integration_support import (
+    Spans,
+    assert_prefix_stable,
+    framework,
+    in_chain,
+    notices,
+    side_by_side,
+)
 from budgetmix import Budget, BudgetController, BudgetExhausted, EpisodeStatus
 from budgetmix.adapters import budgeted
 from budgetmix.adapters.http import AsyncBudgetTransport, BudgetTransport
@@ -152,11 +158,7 @@ def test_concurrent_runs_in_threads_keep_separate_budgets(
                 agent_loop(client, turns=10)
         results[turns] = ep.result
 
-    threads = [threading.Thread(target=one_run, args=(t,)) for t in (2, 3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    side_by_side(one_run)
     assert {t: (r.used["turns"], r.status) for t, r in results.items()} == {
         2: (2, EpisodeStatus.BUDGET_EXHAUSTED),
         3: (3, EpisodeStatus.BUDGET_EXHAUSTED),
