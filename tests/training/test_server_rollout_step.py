@@ -321,14 +321,16 @@ def _framework_loop(ep: ServerEpisode) -> Any:
     return episode.result
 
 
-def test_a_framework_client_over_the_budget_transport(checkpoint: Path) -> None:
+def _three_turns_through(checkpoint: Path, agent: Any) -> list[Any]:
+    """One 3-turn episode of ``agent`` through a LocalOpenAIServer: the rows equal the
+    server's log and the notices were placed in the user messages."""
     model, tokenizer = load_pretrained(checkpoint)
     with LocalOpenAIServer(model, tokenizer) as server:
         driver = ServerRollouts(
             server.base_url,
             "local",
             settings=RolloutSettings(max_new_tokens=8),
-            agent=_framework_loop,
+            agent=agent,
             max_parallel=1,
         )
         task = Task(task_id="pick-0", seed=0, make_env=PickEnv)
@@ -337,6 +339,11 @@ def test_a_framework_client_over_the_budget_transport(checkpoint: Path) -> None:
         _check_against_server(rows, server.log)
     users = [m["content"] for m in rows[-1].messages if m["role"] == "user"]
     assert "turn 1 of 3" in users[0] and "turn 3 of 3" in users[2]  # placed by the transport
+    return rows
+
+
+def test_a_framework_client_over_the_budget_transport(checkpoint: Path) -> None:
+    rows = _three_turns_through(checkpoint, _framework_loop)
     assert rows[0].num_turns == 3
 
 
@@ -365,18 +372,4 @@ def _async_loop(ep: ServerEpisode) -> Any:
 
 
 def test_an_async_client_records_the_ids_the_same_way(checkpoint: Path) -> None:
-    model, tokenizer = load_pretrained(checkpoint)
-    with LocalOpenAIServer(model, tokenizer) as server:
-        driver = ServerRollouts(
-            server.base_url,
-            "local",
-            settings=RolloutSettings(max_new_tokens=8),
-            agent=_async_loop,
-            max_parallel=1,
-        )
-        task = Task(task_id="pick-0", seed=0, make_env=PickEnv)
-        rows = driver([EpisodeSpec(task=task, budget=FixedBudget(3).sample(random.Random(0)))])
-        assert driver.report.requests == len(server.log) == 3
-        _check_against_server(rows, server.log)
-    users = [m["content"] for m in rows[-1].messages if m["role"] == "user"]
-    assert "turn 1 of 3" in users[0] and "turn 3 of 3" in users[2]
+    _three_turns_through(checkpoint, _async_loop)
