@@ -172,18 +172,32 @@ class EpisodeMachine:
         swallowed unless the mode is ``"raise"``. A framework's exception wrapping one
         (found by :func:`budget_stop`) ends the episode the same way, with the
         framework's exception as its error text, and propagates: it is not budgetmix's
-        to swallow. Any other exception is an error."""
+        to swallow. So does any exception after this episode's ledger refused a charge
+        (:meth:`_ledger_stop`). Any other exception is an error."""
         if exc is None:
             return self.finishing(False) if self.status is None else None
         stop = budget_stop(exc, episode_id)
         if stop is None:
-            return Closing(EpisodeStatus.ERROR, error=exception_text(exc))
+            return self._ledger_stop(exc)
         direct = stop is exc
         swallow = direct and self.mode != "raise"
         error = None if direct else exception_text(exc)
         if isinstance(stop, BudgetExhausted):
             return Closing(EpisodeStatus.BUDGET_EXHAUSTED, stop.dimension, error, swallow)
         return Closing(EpisodeStatus.EARLY_STOPPED, stop.reason, error, swallow)
+
+    def _ledger_stop(self, exc: BaseException) -> Closing:
+        """An exception that carries no budget stop of this episode: still a budget stop
+        when this episode's ledger refused a charge (or a policy stopped it early), as a
+        framework that re-raises inside another ``except`` drops the stop from the chain
+        (Google ADK): the outcome is the ledger's, the framework's exception its error
+        text (and it propagates). Otherwise an error."""
+        error = exception_text(exc)
+        if self.exhausted is not None:
+            return Closing(EpisodeStatus.BUDGET_EXHAUSTED, self.exhausted, error)
+        if self.early_stop is not None:
+            return Closing(EpisodeStatus.EARLY_STOPPED, self.early_stop, error)
+        return Closing(EpisodeStatus.ERROR, error=error)
 
     def close(self, closing: Closing) -> bool:
         """Take ``closing``'s status; ``False`` when the episode had ended already."""

@@ -3,6 +3,8 @@ a ledger, a tracer or a hook, only by the answers it returns."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from budgetmix import Budget, BudgetExhausted, EarlyStopped, EpisodeStatus
 from budgetmix.decisions import Closing, EpisodeMachine, TurnAction
@@ -106,3 +108,28 @@ def test_a_clean_exit_raises_only_an_exhaustion_in_raise_mode() -> None:
         closing = m.exiting(None, "e1")
         assert closing is not None and m.close(closing)
         assert m.raises_after_exit() is raises
+
+
+def test_an_exception_after_a_refusal_ends_the_episode_as_the_ledger_says() -> None:
+    """A framework that catches the stop and raises an exception of its own from another
+    ``except`` (Google ADK) loses it from the chain: the ledger's refusal decides."""
+    from budgetmix import BudgetController
+
+    controller = BudgetController(Budget(turns=1))
+    with pytest.raises(RuntimeError, match="agent run failed"), controller.episode() as ep:
+        ep.begin_turn()
+        with contextlib.suppress(BudgetExhausted):  # the framework's handler
+            ep.begin_turn()
+        try:
+            raise KeyError("state")
+        except KeyError:
+            raise RuntimeError("agent run failed") from None  # no stop in the chain
+    assert ep.result is not None
+    assert ep.result.status is EpisodeStatus.BUDGET_EXHAUSTED
+    assert ep.result.stop_reason == "turns"
+    assert ep.result.error is not None and "agent run failed" in ep.result.error
+    m = EpisodeMachine("end")
+    assert m.exiting(ValueError("x"), "e1") == Closing(EpisodeStatus.ERROR, None, "ValueError: x")
+    m.refused("cost_usd")
+    closing = m.exiting(ValueError("x"), "e1")
+    assert closing == Closing(EpisodeStatus.BUDGET_EXHAUSTED, "cost_usd", "ValueError: x")
