@@ -22,7 +22,9 @@ tools (``list_tools`` through this session) and the name is not among them,
 closed connection) is a ``tool_error`` and propagates unchanged. The caller always gets
 the server's own result. When the call answers a tool call of a model response that the
 budget read (a framework over ``budgeted(client)`` or the HTTP transport), it is recorded
-under that call's id, and the wire gives it no second span nor a second outcome.
+under that call's id, and the wire gives it no second span nor a second outcome; one the
+budget refused is a budget stop, so the error a framework sends back for it is no
+``tool_error`` mistake.
 
 Which episode is charged: ``target`` itself (an :class:`~budgetmix.Episode`), the
 current episode of ``target`` (a :class:`~budgetmix.BudgetController`), or whatever

@@ -24,6 +24,7 @@ from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
 from budgetmix.steps import ToolCall, Turn
+from budgetmix.stores import LedgerStore, new_ledger
 from opentelemetry.trace import Span
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Episode:
         metadata: dict[str, Any],
         parent: Episode | None,
         conversation_id: str | None = None,
+        store: LedgerStore | None = None,
     ) -> None:
         self.controller = controller
         self.name = name
@@ -64,8 +66,10 @@ class Episode:
         self.metadata = metadata
         self.conversation_id = conversation_id
         self.parent = parent
-        self.ledger: Ledger = Ledger(
+        self.ledger: Ledger = new_ledger(  # a store: its numbers there, under the id
             budget,
+            store=store,
+            key=episode_id,
             parent=parent.ledger if parent is not None else None,
             accounting=controller.accounting,
             clock=controller.clock,
@@ -274,18 +278,24 @@ class Episode:
         ids = check_call_ids(names, call_ids)
         if names and self._turn is not None and self._turn.grace:
             # the grace turn is a tool-less wrap-up: its tool calls would need another turn
-            raise self._exhausted_error(self._machine.exhausted or "turns")
+            raise self._refused_batch(ids, self._machine.exhausted or "turns")
         blocked = self.ledger.try_charge_tool_batch(names)
         if blocked is not None:
             blocked = self._extend(blocked, lambda: self.ledger.try_charge_tool_batch(names))
             if blocked is not None:
-                raise self._exhausted_error(blocked)
+                raise self._refused_batch(ids, blocked)
         turn = self.turn_number
         spans = self._trace.tool_spans(self._turn_span, names, ids)
         return [
             ToolCall(self, name, cid, turn, span)
             for name, cid, span in zip(names, ids, spans, strict=True)
         ]
+
+    def _refused_batch(self, ids: Sequence[str | None], dimension: str) -> BudgetExhausted:
+        # the calls' outcome is the budget's stop: a result a framework sends back for
+        # one of them (the refusal's text) is no tool's failure
+        self._outcomes.update(cid for cid in ids if cid)
+        return self._exhausted_error(dimension)
 
     def tool_call(self, name: str, call_id: str | None = None) -> ToolCall:
         """A batch of one."""

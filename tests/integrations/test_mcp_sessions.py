@@ -194,3 +194,43 @@ async def test_a_framework_calling_mcp_tools_records_each_call_once(
         ("execute_tool divide", "call_2_0"),
     ]
     assert all("budgetmix.tool.timing" not in s.attributes for s in tool_spans)  # exact
+
+
+async def test_an_mcp_call_the_budget_refused_is_a_budget_stop_not_a_mistake(
+    tmp_path: Path, server: Any, spans: Spans
+) -> None:
+    """The Agents SDK sends the refused MCP call's error back to the model as the call's
+    result: that result is the budget's refusal, not a failed tool; the episode ends as
+    the ledger says."""
+    agents = framework("agents")
+    httpx = framework("httpx")
+    openai = framework("openai")
+    from budgetmix.adapters.http import AsyncBudgetTransport
+    from budgetmix.adapters.testing import Reply
+
+    agents.set_tracing_disabled(True)
+    server.push(
+        Reply.call("add", {"a": 1, "b": 2}), Reply.call("add", {"a": 3, "b": 4}), Reply.say("3")
+    )
+    controller = BudgetController(Budget(turns=4, tool_calls=1), tracer_provider=spans.provider)
+    client = openai.AsyncOpenAI(
+        api_key="test",
+        base_url=server.base_url,
+        http_client=httpx.AsyncClient(transport=AsyncBudgetTransport(None, controller)),
+        max_retries=0,
+    )
+    params = {"command": sys.executable, "args": [str(SERVER), str(tmp_path / "ran.log")]}
+    async with agents.mcp.MCPServerStdio(params=params, name="calc") as mcp_server:
+        mcp_server.session = budgeted_session(mcp_server.session, controller)
+        agent = agents.Agent(
+            name="calc",
+            mcp_servers=[mcp_server],
+            model=agents.OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client),
+        )
+        async with controller.episode() as ep:  # the next turn's stop ends the run
+            await agents.Runner.run(agent, "what is 1+2?")
+    assert ran(tmp_path) == ["add"]  # the refused call never reached the server
+    assert ep.result is not None
+    assert list(ep.result.mistakes) == []
+    assert ep.result.status is EpisodeStatus.BUDGET_EXHAUSTED
+    assert ep.result.stop_reason == "tool_calls"
