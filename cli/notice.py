@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from budgetmix.budget import Budget
 from budgetmix.cli._errors import CliParser, UsageError, blame, integer, run_command
-from budgetmix.ledger import Ledger
+from budgetmix.ledger import fixed_clock_ledger
 from budgetmix.notice import DEFAULT_NOTICE_FORMAT, NOTICE_FORMATS, render_notice
 
 __all__ = ["NoticeRequest", "notice_main", "parse_notice_args"]
@@ -56,7 +56,7 @@ def parse_notice_args(argv: Sequence[str]) -> NoticeRequest:
 
 
 def _print_notices(request: NoticeRequest) -> int:
-    ledger = Ledger(request.budget, clock=lambda: 0.0)
+    ledger = fixed_clock_ledger(request.budget)
     last = request.budget.turns if request.all else request.turn
     for n in range(1, last + 1):
         ledger.try_charge_turn()

@@ -18,7 +18,7 @@ from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.budget import DIMENSIONS, MAX_COST_USD, Budget, check_limit, maximum_of
 from budgetmix.exceptions import ConfigError
 
-__all__ = ["Clock", "Ledger", "LedgerState"]
+__all__ = ["Clock", "Ledger", "LedgerState", "fixed_clock_ledger"]
 
 Clock = Callable[[], float]
 _TOKEN_DIMS = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
@@ -339,3 +339,21 @@ class Ledger:
     def limits(self) -> dict[str, float | None]:
         """This ledger's limits in every dimension after grants (a copy; ``None``: unlimited)."""
         return dict(self._limits)
+
+
+def fixed_clock_ledger(budget: Budget | int) -> Ledger:
+    """A ledger whose clock never moves (``budget``: a :class:`Budget`, or a turn count).
+
+    Training rollouts, replays and notice previews use it so that a notice never
+    depends on how fast the machine is: wall seconds always read 0.
+
+    Raises:
+        ConfigError: ``budget`` is neither a Budget nor a turn count >= 1.
+    """
+    if isinstance(budget, bool) or not isinstance(budget, (Budget, int)):
+        raise ConfigError(f"budget must be a Budget or a turn count, got {type(budget).__name__}")
+    return Ledger(budget if isinstance(budget, Budget) else Budget(turns=budget), clock=_zero)
+
+
+def _zero() -> float:
+    return 0.0

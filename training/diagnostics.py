@@ -32,11 +32,10 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgetmix.budget import Budget
 from budgetmix.environment import Environment, Task, unwrap
 from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
-from budgetmix.ledger import Ledger
+from budgetmix.ledger import fixed_clock_ledger
 from budgetmix.progress import ProgressLine
 from budgetmix.training.chat import environment_message
 from budgetmix.training.envs.agents import FrozenLakeDemonstrator
@@ -135,7 +134,7 @@ class LiveEpisode:
     def __init__(self, task: Task, budget: int, fmt: str, snapshot: Snapshot) -> None:
         self.task, self.budget, self.fmt, self.snapshot = task, budget, fmt, snapshot
         self.env = task.make_env()
-        self.ledger = Ledger(Budget(turns=budget), clock=lambda: 0.0)
+        self.ledger = fixed_clock_ledger(budget)
         observation = self.env.reset(task.seed)
         self.ledger.try_charge_turn()
         self.messages: list[Mapping[str, str]] = [

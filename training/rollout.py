@@ -32,10 +32,9 @@ from typing import Any, Literal
 
 from budgetmix._validate import check_choice, check_int
 from budgetmix.adapters.base import ToolSpec
-from budgetmix.budget import Budget
 from budgetmix.environment import StepLabel, Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.ledger import Ledger
+from budgetmix.ledger import fixed_clock_ledger
 from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement, render_notice
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
@@ -181,7 +180,7 @@ class _Episode:
         )
         self.env: Any = env  # a text Environment or a ToolCallEnvironment
         # A fixed clock: notices must not depend on how fast the machine is.
-        self.ledger = Ledger(Budget(turns=spec.budget.turns), clock=lambda: 0.0)
+        self.ledger = fixed_clock_ledger(spec.budget.turns)
         observation = self.env.reset(spec.task.seed)
         refused = self.ledger.try_charge_turn()
         assert refused is None  # Budget.turns >= 1, so the first turn always fits

@@ -29,19 +29,25 @@ policy (greedy on the discounted value) looks up until the chain is complete and
 then answers: its success within ``T`` turns is ``P(Binomial(T, 1 - f) >= hops + 1)``.
 The defaults' ceiling (90% of the no-limit success, which is 1) is 15 turns.
 
-Pure Python: the state space is ``hops + 1`` links.
+The model is solved on the one MDP core (:mod:`budgetmix.training.envs.mdp`,
+``ToolsModel.mdp``: the link counts ``0..hops`` plus a success and a failure
+state); the tables this module returns are plain lists over the link counts.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgetmix._validate import check_between, check_int
 from budgetmix.environment import unwrap
 from budgetmix.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from budgetmix.training.envs.mdp import TabularMDP
 
 __all__ = [
     "TOOL_MOVES",
@@ -102,17 +108,36 @@ class ToolsModel:
         """Links found: ``0..hops``."""
         return self.hops + 1
 
-    def action_values(self, j: int, v: Sequence[float]) -> list[float]:
-        """``Q[j][a]`` for each action id, given the values ``v`` of the next turn."""
-        f, h = self.fault_p, self.hops
-        stay = f * v[j]
-        look = (1 - f) * v[j + 1] + stay if j < h else v[j]
-        answer = (1 - f) + stay if j == h else stay
-        return [look, answer, (1 - f) * self.guess_p + stay]
+    @property
+    def mdp(self) -> TabularMDP:
+        """The model on the MDP core: states ``0..hops`` (links), ``hops + 1`` success,
+        ``hops + 2`` failure; actions in :data:`TOOL_MOVES` order."""
+        return _tools_mdp(self)
 
 
-def finite_horizon_values(model: ToolsModel, horizon: int) -> tuple[Table, list[list[float]]]:
-    """Exact finite-horizon value iteration: ``(Q, V)``.
+@functools.lru_cache(maxsize=64)
+def _tools_mdp(model: ToolsModel) -> TabularMDP:
+    import numpy as np
+    from budgetmix.training.envs.mdp import TabularMDP
+
+    f, g, h = model.fault_p, model.guess_p, model.hops
+    won, lost = h + 1, h + 2
+    p = np.zeros((h + 3, len(TOOL_MOVES), h + 3), dtype=np.float64)
+    for j in range(h + 1):
+        p[j, :, j] = f  # every call can fail: nothing changes
+        p[j, NEXT, min(j + 1, h)] += 1 - f
+        p[j, ANSWER, won if j == h else lost] += 1 - f
+        p[j, GUESS, won] += (1 - f) * g
+        p[j, GUESS, lost] += (1 - f) * (1 - g)
+    for end in (won, lost):
+        p[end, :, end] = 1.0
+    done = np.zeros(h + 3, dtype=bool)
+    done[[won, lost]] = True
+    return TabularMDP(p, np.arange(h + 3) == won, done, 0)
+
+
+def finite_horizon_values(model: ToolsModel, horizon: int) -> tuple[list[list[float]], Table]:
+    """Exact finite-horizon value iteration: ``(V, Q)`` (the core's order).
 
     ``V[t][j]`` is the highest success probability with ``t`` turns left and ``j``
     links found; ``Q[t][j][a]`` the same after taking action ``a`` first
@@ -121,15 +146,11 @@ def finite_horizon_values(model: ToolsModel, horizon: int) -> tuple[Table, list[
     Raises:
         ConfigError: ``horizon`` is negative.
     """
-    if horizon < 0:
-        raise ConfigError(f"horizon: must be >= 0, got {horizon}")
-    v: list[list[float]] = [[0.0] * model.n_states]
-    q: Table = [[[0.0] * len(TOOL_MOVES) for _ in range(model.n_states)]]
-    for _ in range(horizon):
-        row = [model.action_values(j, v[-1]) for j in range(model.n_states)]
-        q.append(row)
-        v.append([max(r) for r in row])
-    return q, v
+    from budgetmix.training.envs.mdp import finite_horizon_values as solve
+
+    v, q = solve(model.mdp, horizon)
+    n = model.n_states
+    return v[:, :n].tolist(), q[:, :n, :].tolist()
 
 
 def optimal_move(q_row: Sequence[float], *, tol: float = 1e-12) -> int:
@@ -144,7 +165,7 @@ def optimal_move(q_row: Sequence[float], *, tol: float = 1e-12) -> int:
 
 def aware_success_curve(model: ToolsModel, horizon: int) -> list[float]:
     """Success of the budget-aware optimum from the start, for T = 0..horizon."""
-    return [row[0] for row in finite_horizon_values(model, horizon)[1]]
+    return [row[0] for row in finite_horizon_values(model, horizon)[0]]
 
 
 def stationary_policy(model: ToolsModel, gamma: float = 0.99, *, tol: float = 1e-12) -> list[int]:
@@ -154,31 +175,12 @@ def stationary_policy(model: ToolsModel, gamma: float = 0.99, *, tol: float = 1e
     Raises:
         ConfigError: ``gamma`` outside ``(0, 1)``.
     """
+    from budgetmix.training.envs.mdp import discounted_values
+
     if not 0.0 < gamma < 1.0:
         raise ConfigError(f"gamma: must be in (0, 1), got {gamma}")
-    v = [0.0] * model.n_states
-    rows: list[list[float]] = []
-    for _ in range(100_000):
-        rows = [_discounted_row(model, j, v, gamma) for j in range(model.n_states)]
-        new = [max(r) for r in rows]
-        delta = max(abs(a - b) for a, b in zip(new, v, strict=True))
-        v = new
-        if delta < tol:
-            break
-    return [_first_best(r) for r in rows]
-
-
-def _first_best(row: Sequence[float]) -> int:
-    """The lowest action id with the highest value."""
-    return max(range(len(row)), key=lambda a: (row[a], -a))
-
-
-def _discounted_row(model: ToolsModel, j: int, v: Sequence[float], gamma: float) -> list[float]:
-    f, h = model.fault_p, model.hops
-    stay = f * gamma * v[j]
-    look = gamma * ((1 - f) * v[j + 1] + f * v[j]) if j < h else gamma * v[j]
-    answer = (1 - f) + stay if j == h else stay
-    return [look, answer, (1 - f) * model.guess_p + stay]
+    policy = discounted_values(model.mdp, gamma, tol=tol, max_iter=100_000)[1]
+    return [int(a) for a in policy[: model.n_states]]
 
 
 def policy_success_curve(model: ToolsModel, policy: Sequence[int], horizon: int) -> list[float]:
@@ -190,12 +192,10 @@ def policy_success_curve(model: ToolsModel, policy: Sequence[int], horizon: int)
     """
     if len(policy) != model.n_states or any(a not in (0, 1, 2) for a in policy):
         raise ConfigError(f"policy: needs one action id in 0..2 per link count ({model.n_states})")
-    v = [0.0] * model.n_states
-    curve = [0.0]
-    for _ in range(horizon):
-        v = [model.action_values(j, v)[policy[j]] for j in range(model.n_states)]
-        curve.append(v[0])
-    return curve
+    from budgetmix.training.envs.mdp import turns_left_success_curve
+
+    full = [*policy, NEXT, NEXT]  # the success and failure states: any action
+    return [float(x) for x in turns_left_success_curve(model.mdp, full, horizon)]
 
 
 def find_ceiling(model: ToolsModel, fraction: float = 0.9, *, max_turns: int = 10_000) -> int:
@@ -205,19 +205,14 @@ def find_ceiling(model: ToolsModel, fraction: float = 0.9, *, max_turns: int = 1
     Raises:
         ConfigError: ``fraction`` outside ``(0, 1]`` or no T up to ``max_turns`` qualifies.
     """
-    if not 0.0 < fraction <= 1.0:
-        raise ConfigError(f"fraction: must be in (0, 1], got {fraction}")
-    v = [0.0] * model.n_states
-    for t in range(1, max_turns + 1):
-        v = [max(model.action_values(j, v)) for j in range(model.n_states)]
-        if v[0] >= fraction - 1e-12:
-            return t
-    raise ConfigError(f"max_turns: no ceiling within {max_turns} turns")
+    from budgetmix.training.envs.mdp import find_ceiling as ceiling
+
+    return ceiling(model.mdp, fraction, best=1.0, max_turns=max_turns)
 
 
 def guess_budgets(model: ToolsModel, horizon: int, *, tol: float = 1e-12) -> tuple[int, ...]:
     """The turns-left values ``1..horizon`` at which guessing is strictly best at the start."""
-    q = finite_horizon_values(model, horizon)[0]
+    q = finite_horizon_values(model, horizon)[1]
     return tuple(
         k
         for k in range(1, horizon + 1)
@@ -238,7 +233,7 @@ def tools_q(
     def q(point: Any, action: str) -> float:
         k = int(point.turns_remaining)
         if "q" not in tables or len(tables["q"]) <= k:
-            tables["q"], tables["v"] = finite_horizon_values(model, max(k, 64))
+            tables["v"], tables["q"] = finite_horizon_values(model, max(k, 64))
         links = int(point.state[0])
         move = parse(action)
         if move is None:
@@ -276,7 +271,7 @@ class ToolsDemonstrator:
         soonest end), or the stationary policy's when budget-blind."""
         tables = self._tables.get(model)
         if tables is None or len(tables[0]) <= turns_remaining:
-            q = finite_horizon_values(model, max(turns_remaining, 64))[0]
+            q = finite_horizon_values(model, max(turns_remaining, 64))[1]
             tables = self._tables[model] = (q, stationary_policy(model, self.gamma))
         if self.budget_blind:
             return tables[1][links]

@@ -24,8 +24,11 @@ the episode.
   scripted oracle, the SFT demonstrators and the diagnostics' oracle policy
   all act through it.
 
-numpy is imported inside the functions; :class:`FrozenLakeModel` raises
-:class:`~budgetmix.exceptions.MissingExtraError` when it is missing.
+Every solver here is the one MDP core's (:mod:`budgetmix.training.envs.mdp`,
+``FrozenLakeModel.mdp``): this module builds the map's transitions and keeps the
+FrozenLake-specific tie-breaking. numpy is imported inside the functions;
+:class:`FrozenLakeModel` raises :class:`~budgetmix.exceptions.MissingExtraError`
+when it is missing.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING
 from budgetmix._deps import require
 from budgetmix._validate import check_between
 from budgetmix.exceptions import ConfigError
+from budgetmix.training.envs import mdp as core
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,6 +82,8 @@ class FrozenLakeModel:
         transitions: ``P[s, a, s']`` (terminal cells loop onto themselves).
         start: the start cell index (``row * ncol + col``).
         goal_mask / hole_mask: boolean masks over cells.
+        mdp: the map as a :class:`~budgetmix.training.envs.mdp.TabularMDP`
+            (success = ``G``, terminal = ``G`` or ``H``).
 
     Raises:
         ConfigError: ragged rows, unknown letters, not exactly one ``S`` and one
@@ -92,6 +98,7 @@ class FrozenLakeModel:
     goal_mask: npt.NDArray[np.bool_] = field(init=False, repr=False)
     hole_mask: npt.NDArray[np.bool_] = field(init=False, repr=False)
     start: int = field(init=False)
+    mdp: core.TabularMDP = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         require("numpy", "envs")
@@ -135,6 +142,8 @@ class FrozenLakeModel:
         object.__setattr__(self, "goal_mask", cells == "G")
         object.__setattr__(self, "hole_mask", cells == "H")
         object.__setattr__(self, "start", text.index("S"))
+        mdp = core.TabularMDP(p, self.goal_mask, self.goal_mask | self.hole_mask, self.start)
+        object.__setattr__(self, "mdp", mdp)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -153,10 +162,6 @@ class FrozenLakeModel:
         dr, dc = _DELTAS[action]
         return min(max(row + dr, 0), nrow - 1) * ncol + min(max(col + dc, 0), ncol - 1)
 
-    def _fix_terminal(self, values: FloatArray) -> None:
-        values[self.goal_mask] = 1.0
-        values[self.hole_mask] = 0.0
-
 
 def finite_horizon_values(model: FrozenLakeModel, horizon: int) -> tuple[FloatArray, FloatArray]:
     """Exact finite-horizon value iteration.
@@ -165,26 +170,13 @@ def finite_horizon_values(model: FrozenLakeModel, horizon: int) -> tuple[FloatAr
     ``(horizon + 1, n_states, 4)``: ``V[t][s]`` is the highest probability of
     reaching the goal from ``s`` with ``t`` turns left (``V[t][G] = 1``,
     ``V[t][H] = 0``), ``Q[t][s][a]`` the same after taking ``a`` first
-    (``Q[0]`` is all zero except at ``G``).
+    (``Q[0]`` is all zero except at ``G``). It is
+    :func:`~budgetmix.training.envs.mdp.finite_horizon_values` on ``model.mdp``.
 
     Raises:
         ConfigError: ``horizon`` is negative.
     """
-    import numpy as np
-
-    if horizon < 0:
-        raise ConfigError(f"horizon: must be >= 0, got {horizon}")
-    n = model.n_states
-    v = np.zeros((horizon + 1, n), dtype=np.float64)
-    q = np.zeros((horizon + 1, n, 4), dtype=np.float64)
-    v[0] = model.goal_mask
-    q[0][model.goal_mask] = 1.0
-    for t in range(1, horizon + 1):
-        q[t] = model.transitions @ v[t - 1]
-        q[t][model.goal_mask] = 1.0
-        q[t][model.hole_mask] = 0.0
-        v[t] = q[t].max(axis=1)
-    return v, q
+    return core.finite_horizon_values(model.mdp, horizon)
 
 
 def aware_success_curve(model: FrozenLakeModel, horizon: int) -> FloatArray:
@@ -223,20 +215,13 @@ def noisy_aware_success_curve(
     if horizon < 0:
         raise ConfigError(f"horizon: must be >= 0, got {horizon}")
     optimum = OptimalPolicy(model)
-    n = model.n_states
-    v = model.goal_mask.astype(np.float64)
-    curve = np.zeros(horizon + 1, dtype=np.float64)
-    curve[0] = v[model.start]
-    for t in range(1, horizon + 1):
-        intended = np.array([optimum.aware_move(s, t) for s in range(n)], dtype=np.intp)
-        if start_move is not None:
-            intended[model.start] = start_move
-        probs = np.full((n, 4), error_rate / 3.0)
-        probs[np.arange(n), intended] = 1.0 - error_rate
-        v = np.einsum("sa,sat,t->s", probs, model.transitions, v)
-        model._fix_terminal(v)
-        curve[t] = v[model.start]
-    return curve
+    intended = np.array(
+        [[optimum.aware_move(s, k) for s in range(model.n_states)] for k in range(1, horizon + 1)],
+        dtype=np.intp,
+    ).reshape(horizon, model.n_states)
+    if start_move is not None:
+        intended[:, model.start] = start_move
+    return core.turns_left_success_curve(model.mdp.with_errors(error_rate), intended, horizon)
 
 
 def discounted_values(
@@ -251,20 +236,7 @@ def discounted_values(
     Raises:
         ConfigError: ``gamma`` outside ``(0, 1]``.
     """
-    import numpy as np
-
-    if not 0.0 < gamma <= 1.0:
-        raise ConfigError(f"gamma: must be in (0, 1], got {gamma}")
-    v = model.goal_mask.astype(np.float64)
-    for _ in range(max_iter):
-        new = gamma * (model.transitions @ v).max(axis=1)
-        model._fix_terminal(new)
-        delta = float(np.abs(new - v).max())
-        v = new
-        if delta < tol:
-            break
-    q = model.transitions @ v
-    return v, np.argmax(q, axis=1)
+    return core.discounted_values(model.mdp, gamma, tol=tol, max_iter=max_iter)
 
 
 def no_limit_success(model: FrozenLakeModel) -> float:
@@ -341,15 +313,7 @@ def policy_success_curve(
     pol = np.asarray(policy, dtype=np.intp)
     if pol.shape != (model.n_states,) or pol.min() < 0 or pol.max() > 3:
         raise ConfigError("policy: needs one action id in 0..3 per cell")
-    p_pi = model.transitions[np.arange(model.n_states), pol]
-    v = model.goal_mask.astype(np.float64)
-    curve = np.zeros(horizon + 1, dtype=np.float64)
-    curve[0] = v[model.start]
-    for t in range(1, horizon + 1):
-        v = p_pi @ v
-        model._fix_terminal(v)
-        curve[t] = v[model.start]
-    return curve
+    return core.turns_left_success_curve(model.mdp, pol, horizon)
 
 
 def find_ceiling(model: FrozenLakeModel, fraction: float = 0.9, *, max_turns: int = 100_000) -> int:
@@ -359,22 +323,12 @@ def find_ceiling(model: FrozenLakeModel, fraction: float = 0.9, *, max_turns: in
         ConfigError: ``fraction`` outside ``(0, 1]``, the goal is unreachable, or
             no T up to ``max_turns`` qualifies.
     """
-    import numpy as np
-
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"fraction: must be in (0, 1], got {fraction}")
     best = no_limit_success(model)
     if best <= 0.0:
         raise ConfigError("desc: the goal cannot be reached from the start")
-    # A hair of slack so fraction=1 terminates despite the limit being approached geometrically.
-    target = fraction * best - 1e-12
-    v = model.goal_mask.astype(np.float64)
-    for t in range(1, max_turns + 1):
-        v = (model.transitions @ v).max(axis=1)
-        model._fix_terminal(v)
-        if v[model.start] >= target:
-            return t
-    raise ConfigError(f"max_turns: no ceiling within {max_turns} turns")
+    return core.find_ceiling(model.mdp, fraction, best=best, max_turns=max_turns)
 
 
 @dataclass(frozen=True, slots=True)

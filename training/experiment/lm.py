@@ -14,15 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from budgetmix.budget import Budget
-from budgetmix.ledger import Ledger, LedgerState
+from budgetmix.ledger import LedgerState, fixed_clock_ledger
 from budgetmix.training.diagnostics import DecisionPoint, Policy
 
 __all__ = ["LMPolicy", "load_lm_policy", "next_token_probabilities"]
 
 
 def _ledger_state(point: DecisionPoint) -> LedgerState:
-    ledger = Ledger(Budget(turns=point.turns_total), clock=lambda: 0.0)
+    ledger = fixed_clock_ledger(point.turns_total)
     for _ in range(point.turn):
         ledger.try_charge_turn()
     return ledger.state(in_turn=True)

@@ -186,7 +186,7 @@ def test_value_iteration_matches_brute_force_over_the_real_environment(
     hops: int, fault_p: float, guess_p: float
 ) -> None:
     model = ToolsModel(hops, fault_p, guess_p)
-    _, v = finite_horizon_values(model, 5)
+    v, _ = finite_horizon_values(model, 5)
     for k in range(6):
         env = CompactFaultyTools(hops, fault_p, guess_p)
         env.reset(0)
@@ -194,7 +194,7 @@ def test_value_iteration_matches_brute_force_over_the_real_environment(
 
 
 def test_the_optimum_guesses_exactly_when_the_chain_and_answer_cannot_fit() -> None:
-    q, _ = finite_horizon_values(MODEL, 30)
+    _, q = finite_horizon_values(MODEL, 30)
     for k in range(1, 31):
         for j in range(4):
             row = q[k][j]
@@ -220,7 +220,7 @@ def test_the_known_aware_and_blind_success_at_fractions_of_the_ceiling() -> None
 def test_the_defaults_flip_at_the_nine_ten_boundary_with_ceiling_fifteen() -> None:
     model = ToolsModel()  # the experiment presets' environment
     assert (model.hops, model.fault_p, model.guess_p) == (9, 0.2, 0.25)
-    q, _ = finite_horizon_values(model, 16)
+    _, q = finite_horizon_values(model, 16)
     for k in range(1, 17):
         for j in range(10):
             want = "a" if j == 9 else ("g" if k <= 9 - j else "n")
@@ -269,7 +269,7 @@ def _point(links: int, turns_left: int) -> DecisionPoint:
 
 def test_the_q_function_reads_the_state_and_prices_an_invalid_reply_as_a_spent_turn() -> None:
     q = tools_q(MODEL)
-    table, v = finite_horizon_values(MODEL, 64)
+    v, table = finite_horizon_values(MODEL, 64)
     assert q(_point(2, 5), "n") == table[5][2][0] and q(_point(3, 2), "a") == table[2][3][1]
     assert q(_point(1, 4), "???") == v[3][1]
     assert q(_point(0, 1), "g") == pytest.approx(0.7 * 0.25)
