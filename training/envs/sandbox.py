@@ -14,6 +14,8 @@ The boundary is the kernel, not the interpreter. Each run gets, on Linux:
 * ``resource`` limits (CPU, address space, file size, open files, processes)
   and, where this process may create cgroups, a cgroup capping the memory and
   the number of processes of the whole run;
+* a fresh session keyring and a seccomp filter refusing the keyring syscalls
+  (keyrings are kernel state no namespace separates);
 * a wall-clock timeout, after which the whole tree is killed (the namespace,
   the process group and the cgroup).
 
@@ -23,8 +25,9 @@ second layer that turns blocked actions into readable reasons. See
 
 Where no boundary can be set up, :func:`run_python` raises
 :class:`SandboxUnavailableError`, naming what is missing, unless the caller
-passes ``allow_unsafe=True``: then the code runs with the hook and rlimits
-only, and every such run logs a warning.
+passes ``allow_unsafe=True``: then the code runs with the hook, rlimits and the
+keyring filter only, never as root (:mod:`~budgetmix.training.envs.sandbox_unsafe`),
+and every such run logs a warning.
 """
 
 from __future__ import annotations
@@ -57,10 +60,17 @@ from budgetmix.training.envs.sandbox_boundary import (
     unshare_command,
 )
 from budgetmix.training.envs.sandbox_cgroup import RunCgroup
-from budgetmix.training.envs.sandbox_child import BLOCK_EVENTS, BLOCK_IMPORTS, BOOTSTRAP
-from budgetmix.training.envs.sandbox_unsafe import nobody_ids
+from budgetmix.training.envs.sandbox_child import (
+    BLOCK_EVENTS,
+    BLOCK_IMPORTS,
+    BOOTSTRAP,
+    KEYRING_FILTER,
+)
+from budgetmix.training.envs.sandbox_outcome import Ran, exit_status, outcome, read_capped
+from budgetmix.training.envs.sandbox_unsafe import kill_uid, unsafe_interpreter, unsafe_refusal
 
 __all__ = [
+    "LIMIT_CEILINGS",
     "SandboxLimits",
     "SandboxResult",
     "SandboxUnavailableError",
@@ -85,23 +95,47 @@ class SandboxUnavailableError(BudgetmixError, RuntimeError):
         missing: one line per boundary tried, saying what it lacks.
     """
 
-    def __init__(self, missing: Sequence[str]) -> None:
+    def __init__(self, missing: Sequence[str], unsafe_refused: str = "") -> None:
         self.missing = tuple(missing)
+        what = "no OS sandbox can be set up on this machine (" + "; ".join(self.missing) + ")"
+        if unsafe_refused:
+            super().__init__(
+                f"refusing to run untrusted code: {what}, and allow_unsafe=True cannot run it "
+                f"here: {unsafe_refused}. Install bubblewrap (Debian: apt-get install bubblewrap)."
+            )
+            return
         super().__init__(
-            "refusing to run untrusted code: no OS sandbox can be set up on this machine ("
-            + "; ".join(self.missing)
-            + "). Install bubblewrap (Debian: apt-get install bubblewrap), or pass "
-            "allow_unsafe=True to run it contained only by an in-process audit hook and rlimits."
+            f"refusing to run untrusted code: {what}. Install bubblewrap (Debian: apt-get "
+            "install bubblewrap), or pass allow_unsafe=True to run it contained only by an "
+            "in-process audit hook and rlimits."
         )
+
+
+_DAY = 86_400
+#: The largest value each :class:`SandboxLimits` field accepts.
+LIMIT_CEILINGS: dict[str, float] = {
+    "cpu_seconds": _DAY,
+    "wall_seconds": _DAY,
+    "memory_bytes": 2**40,
+    "file_size_bytes": 2**40,
+    "open_files": 2**20,  # the kernel's nr_open default
+    "max_processes": 2**22,  # the kernel's pid_max ceiling
+    "output_chars": 2**26,
+    "disk_bytes": 2**40,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SandboxLimits:
     """Resource limits of one sandboxed run.
 
+    Each field has a ceiling (:data:`LIMIT_CEILINGS`: a day of CPU or wall time, 1 TiB
+    of memory, file size or disk, ...), so a limit that cannot bind (``wall_seconds=1e300``)
+    is refused rather than accepted as "never".
+
     Raises:
         ConfigError: a limit that is not a positive integer (``wall_seconds``: not a
-            positive number); the field is named.
+            positive number) or is over its ceiling; the field is named.
     """
 
     cpu_seconds: int = 5
@@ -119,18 +153,13 @@ class SandboxLimits:
     disk_bytes: int = 32 * 2**20
 
     def __post_init__(self) -> None:
-        for name in (
-            "cpu_seconds",
-            "memory_bytes",
-            "file_size_bytes",
-            "open_files",
-            "max_processes",
-            "output_chars",
-            "disk_bytes",
-        ):
-            check_int(f"SandboxLimits.{name}", getattr(self, name), minimum=1)
-        wall = check_number("SandboxLimits.wall_seconds", self.wall_seconds, positive=True)
-        object.__setattr__(self, "wall_seconds", wall)
+        for name, ceiling in LIMIT_CEILINGS.items():
+            field = f"SandboxLimits.{name}"
+            if name == "wall_seconds":
+                value = check_number(field, self.wall_seconds, positive=True, maximum=ceiling)
+                object.__setattr__(self, name, value)
+            else:
+                check_int(field, getattr(self, name), minimum=1, maximum=int(ceiling))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,12 +184,6 @@ class SandboxResult:
     boundary: str = ""
 
 
-_SIGNAL_REASONS = {
-    signal.SIGXCPU: "cpu time limit",
-    signal.SIGXFSZ: "file size limit",
-}
-
-
 def _wait_unreaped(pid: int, timeout: float) -> bool:
     """Wait until ``pid`` exits, without reaping it; False on timeout."""
     deadline = time.monotonic() + timeout
@@ -171,38 +194,6 @@ def _wait_unreaped(pid: int, timeout: float) -> bool:
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
     return True
-
-
-def _read_capped(path: str, limit: int) -> tuple[str, bool]:
-    with open(path, "rb") as f:
-        # A UTF-8 character is at most 4 bytes, so this many bytes hold `limit` characters.
-        data = f.read(limit * 4 + 1)
-    text = data.decode("utf-8", errors="replace")
-    truncated = len(data) > limit * 4 or len(text) > limit
-    return text[:limit], truncated
-
-
-def _reason(returncode: int, stderr: str) -> str:
-    if returncode < 0:
-        sig = -returncode
-        if sig in _SIGNAL_REASONS:
-            return _SIGNAL_REASONS[signal.Signals(sig)]
-        try:
-            return f"killed by {signal.Signals(sig).name}"
-        except ValueError:
-            return f"killed by signal {sig}"
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "[sandbox] blocked: " in line:
-            return "blocked: " + line.split("[sandbox] blocked: ", 1)[1]
-    last = lines[-1] if lines else ""
-    if last.startswith("MemoryError"):
-        return "memory limit"
-    if "[Errno 27]" in last:  # EFBIG: Python ignores SIGXFSZ, so RLIMIT_FSIZE shows up here
-        return "file size limit"
-    if "[Errno 28]" in last:  # ENOSPC: the run's tmpfs is full
-        return "disk limit"
-    return f"exit code {returncode}: {last}"[:300]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +207,7 @@ class _Launch:
     ids: tuple[int, int] | None
 
 
-def _launch(boundary: str | None, root: str, lim: SandboxLimits, drop: bool | None) -> _Launch:
+def _launch(boundary: str | None, root: str, lim: SandboxLimits) -> _Launch:
     """The command for ``boundary`` (``None``: the unsafe fallback), given the run directory."""
     host_program = os.path.join(root, "main.py")
     as_root = os.geteuid() == 0
@@ -236,12 +227,11 @@ def _launch(boundary: str | None, root: str, lim: SandboxLimits, drop: bool | No
     os.mkdir(work)
     program = os.path.join(work, "main.py")
     shutil.copyfile(host_program, program)
-    nobody = nobody_ids(drop)
-    if nobody is not None:
-        os.chmod(root, 0o711)  # nobody may enter work/ but not read our output files
+    if ids is not None:  # as root: the run's own uid (unsafe_refusal allowed it)
+        os.chmod(root, 0o711)  # it may enter work/ but not read our output files
         for path in (work, program):
-            os.chown(path, *nobody)
-    return _Launch([], work, program, nobody)
+            os.chown(path, *ids)
+    return _Launch([], work, program, ids)
 
 
 def _config(launch: _Launch, lim: SandboxLimits, ready_fd: int, confined: bool) -> str:
@@ -254,12 +244,13 @@ def _config(launch: _Launch, lim: SandboxLimits, ready_fd: int, confined: bool) 
         "nproc": lim.max_processes,
         "uid": launch.ids[0] if launch.ids else None,
         "gid": launch.ids[1] if launch.ids else None,
-        "need_unprivileged": confined,
+        "need_unprivileged": confined or launch.ids is not None,
         "work": launch.work,
         "program": launch.program,
         "ready_fd": ready_fd,
         "block_imports": BLOCK_IMPORTS,
         "block_events": BLOCK_EVENTS,
+        "seccomp": KEYRING_FILTER,
     }
     return json.dumps(cfg)
 
@@ -277,7 +268,10 @@ _PROBE_LIMITS = SandboxLimits(cpu_seconds=5, wall_seconds=20.0)
 def _command(
     boundary: str | None, launch: _Launch, cfg: str, cgroup: RunCgroup | None
 ) -> list[str]:
-    python = interpreter().executable if boundary is not None else sys.executable
+    if boundary is not None:
+        python = interpreter().executable
+    else:
+        python = (unsafe_interpreter() if launch.ids else None) or sys.executable
     argv = [*launch.argv, python, "-I", "-S", "-c", BOOTSTRAP, cfg]
     if cgroup is None:
         return argv
@@ -293,29 +287,6 @@ def _was_ready(fd: int) -> bool:
         return False
 
 
-def _exit_status(returncode: int, boundary: str | None) -> int:
-    """The interpreter's status: the boundaries report a signal as ``128 + signal``."""
-    if boundary is not None and returncode > 128:
-        with contextlib.suppress(ValueError):
-            return -signal.Signals(returncode - 128)
-    return returncode
-
-
-def _outcome(
-    rc: int, stderr: str, *, timed_out: bool, ready: bool, cgroup: RunCgroup | None, wall: float
-) -> str:
-    if timed_out:
-        return f"timeout after {wall:g}s"
-    if not ready:
-        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-        return ("sandbox setup failed: " + (lines[-1] if lines else f"exit code {rc}"))[:300]
-    if rc == 0:
-        return ""
-    if cgroup is not None and cgroup.oom_killed():
-        return "memory limit"
-    return _reason(rc, stderr)
-
-
 def _spawn_and_wait(
     argv: list[str],
     cwd: str,
@@ -324,8 +295,10 @@ def _spawn_and_wait(
     ready_w: int,
     lim: SandboxLimits,
     cgroup: RunCgroup | None,
-) -> tuple[int, bool]:
-    """Start the run, wait for it up to the wall clock, kill what is left: (status, timed out)."""
+    own_uid: int | None,
+) -> Ran:
+    """Start the run, wait for it up to the wall clock, kill what is left (with
+    ``own_uid``, the unsafe fallback's fresh uid: every process of it)."""
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -337,22 +310,20 @@ def _spawn_and_wait(
         pass_fds=(ready_w,),
     )
     timed_out = not _wait_unreaped(proc.pid, lim.wall_seconds)
+    cpu = cgroup.cpu_seconds() if timed_out and cgroup is not None else 0.0
     # Kill the whole group either way, so leftovers of a finished run die too. The child
     # is not reaped yet (WNOWAIT), so its pid, and the group id, cannot be reused.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if cgroup is not None:
         cgroup.kill_all()
-    return proc.wait(), timed_out
+    if own_uid is not None:
+        kill_uid(own_uid)
+    return Ran(proc.wait(), timed_out, cpu, lim.cpu_seconds, lim.wall_seconds)
 
 
 def _execute(
-    code: str,
-    lim: SandboxLimits,
-    boundary: str | None,
-    drop: bool | None,
-    *,
-    use_cgroup: bool = True,
+    code: str, lim: SandboxLimits, boundary: str | None, *, use_cgroup: bool = True
 ) -> SandboxResult:
     """One run of ``code`` inside ``boundary`` (``None``: the unsafe fallback)."""
     root = os.path.realpath(tempfile.mkdtemp(prefix="budgetmix-sandbox-"))
@@ -361,7 +332,7 @@ def _execute(
     try:
         with open(os.path.join(root, "main.py"), "w", encoding="utf-8") as f:
             f.write(code)
-        launch = _launch(boundary, root, lim, drop)
+        launch = _launch(boundary, root, lim)
         if boundary is not None and use_cgroup:
             cgroup = RunCgroup.create(
                 memory_bytes=lim.memory_bytes + lim.disk_bytes, max_pids=lim.max_processes + 2
@@ -371,19 +342,18 @@ def _execute(
         )
         out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            returncode, timed_out = _spawn_and_wait(
-                argv, launch.work if boundary is None else root, out, err, ready_w, lim, cgroup
-            )
-        stdout, cut_out = _read_capped(out_path, lim.output_chars)
-        stderr, cut_err = _read_capped(err_path, lim.output_chars)
+            own_uid = launch.ids[0] if boundary is None and launch.ids else None
+            cwd = launch.work if boundary is None else root
+            run = _spawn_and_wait(argv, cwd, out, err, ready_w, lim, cgroup, own_uid)
+        stdout, cut_out = read_capped(out_path, lim.output_chars)
+        stderr, cut_err = read_capped(err_path, lim.output_chars)
         ready = _was_ready(ready_r)
-        rc = _exit_status(returncode, boundary)
-        reason = _outcome(
-            rc, stderr, timed_out=timed_out, ready=ready, cgroup=cgroup, wall=lim.wall_seconds
-        )
+        rc = exit_status(run.returncode, boundary)
+        reason = outcome(rc, stderr, run, ready, cgroup)
+        timed_out = reason.startswith("timeout")
         return SandboxResult(
-            ok=rc == 0 and ready and not timed_out,
-            returncode=None if timed_out else rc,
+            ok=rc == 0 and ready and not run.timed_out,
+            returncode=None if run.timed_out else rc,
             stdout=stdout,
             stderr=stderr,
             reason=reason,
@@ -410,7 +380,7 @@ def probe_boundary(name: str) -> str:
     if missing:
         return missing
     try:
-        trial = _execute("print('ok')", _PROBE_LIMITS, name, None, use_cgroup=False)
+        trial = _execute("print('ok')", _PROBE_LIMITS, name, use_cgroup=False)
     except OSError as exc:
         return f"{name}: could not start: {exc}"
     if trial.ok and trial.stdout == "ok\n":
@@ -454,14 +424,17 @@ def run_python(
     tracebacks show its lines. ``boundary`` picks the OS boundary (default: the
     first that works, see :func:`check_boundary`). ``allow_unsafe=True`` lets
     the code run where none works, contained only by the audit hook and
-    rlimits, with a warning logged for each run; ``drop_privileges`` only
-    matters then, when the host is root: ``None`` (default) drops to ``nobody``
-    when the standard library is readable by other users, ``True`` always,
-    ``False`` never. Never raises for anything the code does; the failure is in
-    the result.
+    rlimits, with a warning logged for each run. It never runs the code as root:
+    as root each unsafe run drops to a fresh uid of its own (with an interpreter
+    that uid can read: this one, else the system's ``python3``), and every process
+    of that uid is killed after the run; where that is impossible, or
+    ``drop_privileges=False`` is passed, the run is refused. ``drop_privileges``
+    (``None`` or ``True``: drop) matters only there. Never raises for anything the
+    code does; the failure is in the result.
 
     Raises:
-        SandboxUnavailableError: no boundary works here and ``allow_unsafe`` is False.
+        SandboxUnavailableError: no boundary works here and ``allow_unsafe`` is False,
+            or the unsafe fallback would run as root (the message says why).
         ConfigError: an unknown ``boundary``.
     """
     lim = limits or SandboxLimits()
@@ -471,9 +444,12 @@ def run_python(
     except SandboxUnavailableError as exc:
         if not allow_unsafe:
             raise
+        refused = unsafe_refusal(drop_privileges)
+        if refused:
+            raise SandboxUnavailableError(exc.missing, unsafe_refused=refused) from None
         _log.warning(
             "running untrusted code without an OS sandbox (allow_unsafe=True): %s",
             "; ".join(exc.missing),
         )
         chosen = None
-    return _execute(code, lim, chosen, drop_privileges)
+    return _execute(code, lim, chosen)

@@ -178,6 +178,16 @@ class RunCgroup:
                 pids.update(int(p) for p in f.read().split())
         return pids
 
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the run's live processes (and the children they reaped)."""
+        total = 0
+        for pid in self._pids():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime .. cstime
+        return total / os.sysconf("SC_CLK_TCK")
+
     def kill_all(self, timeout: float = 2.0) -> bool:
         """SIGKILL every process in the cgroup until it is empty; False if some survived."""
         deadline = time.monotonic() + timeout

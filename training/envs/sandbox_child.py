@@ -4,7 +4,13 @@
 OS boundary, already in the run's filesystem view, it
 
 1. sets ``PR_SET_NO_NEW_PRIVS`` (no setuid binary or file capability can give
-   privileges back),
+   privileges back), joins a fresh, empty session keyring and installs a seccomp
+   filter that refuses the keyring syscalls (``add_key``, ``request_key``,
+   ``keyctl``) and every syscall of a foreign ABI (x32, i386): keyrings are kernel
+   state that no namespace separates, so without it the run could read the
+   caller's session keys or plant one for it. Where the filter cannot be installed
+   (no ``ctypes``, an architecture other than x86_64 and aarch64), an OS-bounded run
+   fails its setup rather than run without it,
 2. sets the ``resource`` limits,
 3. drops to the run's own unprivileged uid and gid, and checks that root cannot
    be regained,
@@ -19,16 +25,40 @@ OS boundary, already in the run's filesystem view, it
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_EVENTS", "BLOCK_IMPORTS", "BOOTSTRAP"]
+__all__ = ["BLOCK_EVENTS", "BLOCK_IMPORTS", "BOOTSTRAP", "KEYRING_FILTER"]
 
 BOOTSTRAP = r"""
 import json, os, resource, sys
 _cfg = json.loads(sys.argv[1])
+def _kernel_state():
+    import ctypes, platform, struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    arch = _cfg["seccomp"].get(platform.machine())
+    if arch is None:
+        return "no keyring filter for this architecture (%s)" % platform.machine()
+    libc.syscall.restype = ctypes.c_long
+    libc.syscall(arch[1][-1], 1, None)  # KEYCTL_JOIN_SESSION_KEYRING: a fresh, empty one
+    deny = 0x50000 | 1  # SECCOMP_RET_ERRNO | EPERM
+    prog = [(0x20, 0, 0, 4), (0x15, 1, 0, arch[0]), (0x06, 0, 0, deny), (0x20, 0, 0, 0)]
+    if arch[2]:  # x86_64: the x32 ABI's numbers have this bit; none is allowed
+        prog.append((0x35, len(arch[1]) + 1, 0, 0x40000000))
+    for i, nr in enumerate(arch[1]):
+        prog.append((0x15, len(arch[1]) - i, 0, nr))
+    prog += [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, deny)]
+    code = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *i) for i in prog))
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    fprog = _Prog(len(prog), ctypes.cast(code, ctypes.c_void_p))
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, MODE_FILTER
+        return "the keyring filter was refused: " + os.strerror(ctypes.get_errno())
+    return ""
 try:
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-except (ImportError, OSError, AttributeError):
-    pass
+    _why = _kernel_state()
+except (ImportError, OSError, AttributeError) as _exc:
+    _why = "no keyring filter: %r" % (_exc,)
+if _why and _cfg["need_unprivileged"]:
+    raise SystemExit("[sandbox] setup: " + _why)
 _m = None
 for _m in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
     del sys.modules[_m]  # so that `import ctypes` in the user code is an audited import
@@ -96,9 +126,17 @@ def _hook(event, args):
                 _deny(event + " outside the sandbox directory: %r" % (p,))
 sys.argv = [_cfg["program"]]
 sys.addaudithook(_hook)
-del _f, _lim, _m
+del _f, _lim, _m, _kernel_state, _why
 exec(_code, {"__name__": "__main__", "__file__": _cfg["program"], "__builtins__": __builtins__})
 """
+
+#: Per machine: the audit architecture, the syscalls the seccomp filter refuses
+#: (``add_key``, ``request_key``, ``keyctl``: the kernel keyrings, which no namespace
+#: separates) and whether the x32 ABI's numbers must be refused too.
+KEYRING_FILTER = {
+    "x86_64": (0xC000003E, (248, 249, 250), True),
+    "aarch64": (0xC00000B7, (217, 218, 219), False),
+}
 
 #: Imports the audit hook refuses (first dotted component).
 BLOCK_IMPORTS = (

@@ -32,7 +32,9 @@ def test_writes_inside_the_temp_dir_are_allowed() -> None:
 
 
 def test_infinite_loop_hits_the_cpu_limit() -> None:
-    result = run_python("while True:\n    pass", limits=FAST)
+    # a wall clock far past the CPU second, so that a busy machine cannot make it bind
+    limits = SandboxLimits(cpu_seconds=1, wall_seconds=30.0, memory_bytes=256 * 2**20)
+    result = run_python("while True:\n    pass", limits=limits)
     assert not result.ok and result.reason == "cpu time limit"
 
 
