@@ -17,7 +17,7 @@ cmd="${1:-demo}"; shift || true
 case "$cmd" in
   demo) exec "$VENV/bin/budgetmix" demo "$@" ;;
   test)
-    "$VENV/bin/ruff" check sdk evaluation adapters policies training cli tests examples bench
+    "$VENV/bin/ruff" check sdk evaluation adapters policies training gateway cli tests examples bench
     "$VENV/bin/mypy" -p budgetmix
     "$VENV/bin/lint-imports"
     exec "$PY" -m pytest -q "$@" ;;

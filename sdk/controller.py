@@ -50,6 +50,7 @@ from budgetmix.policy import (
 )
 from budgetmix.provider_errors import classify_exception
 from budgetmix.retry import Classifier, RetryPolicy
+from budgetmix.stores import LedgerStore, StoredLedger
 from opentelemetry import metrics, trace
 
 __all__ = ["BudgetController"]
@@ -171,12 +172,16 @@ class BudgetController:
         metadata: dict[str, Any] | None = None,
         parent: Episode | None = None,
         conversation_id: str | None = None,
+        store: LedgerStore | None = None,
     ) -> Episode:
         """A new episode; enter it with ``with`` or ``async with``.
 
         ``parent`` makes it a sub-agent episode that also draws from the parent's ledger.
         ``conversation_id`` (your chat session's id) goes on its spans as
         ``gen_ai.conversation.id``, so traces join the conversation they served.
+        ``store`` (:mod:`budgetmix.stores`) keeps the ledger there under ``episode_id``:
+        a new process that opens the same id resumes the budget (a child of a stored
+        episode is stored in its parent's store).
 
         Raises:
             ConfigError: an argument of the wrong type; the message names it.
@@ -187,6 +192,10 @@ class BudgetController:
             raise ConfigError(f"metadata must be a dict, got {type(metadata).__name__}")
         if parent is not None and not isinstance(parent, Episode):
             raise ConfigError(f"parent must be an Episode, got {type(parent).__name__}")
+        if store is None and parent is not None and isinstance(parent.ledger, StoredLedger):
+            store = parent.ledger.store
+        if store is not None and not isinstance(store, LedgerStore):
+            raise ConfigError(f"store must be a LedgerStore, got {type(store).__name__}")
         for field, value in (
             ("name", name),
             ("episode_id", episode_id),
@@ -202,6 +211,7 @@ class BudgetController:
             metadata=metadata or {},
             parent=parent,
             conversation_id=conversation_id,
+            store=store,
         )
 
     def tool(self, fn: F) -> F:

@@ -24,6 +24,7 @@ from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
 from budgetmix.recovery import RecoveryTracker
 from budgetmix.steps import ToolCall, Turn
+from budgetmix.stores import LedgerStore, new_ledger
 from opentelemetry.trace import Span
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Episode:
         metadata: dict[str, Any],
         parent: Episode | None,
         conversation_id: str | None = None,
+        store: LedgerStore | None = None,
     ) -> None:
         self.controller = controller
         self.name = name
@@ -64,8 +66,10 @@ class Episode:
         self.metadata = metadata
         self.conversation_id = conversation_id
         self.parent = parent
-        self.ledger: Ledger = Ledger(
+        self.ledger: Ledger = new_ledger(  # a store: its numbers there, under the id
             budget,
+            store=store,
+            key=episode_id,
             parent=parent.ledger if parent is not None else None,
             accounting=controller.accounting,
             clock=controller.clock,

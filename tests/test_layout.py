@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("sdk", "evaluation", "adapters", "policies", "training", "cli")
+LIBRARY = ("sdk", "evaluation", "adapters", "policies", "training", "gateway", "cli")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
