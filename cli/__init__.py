@@ -43,6 +43,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare two policies step by step (exact Q), budget curves, recovery",
     ),
     "notice": ("budgetmix.cli.notice", "notice_main", "print the budget notice for a state"),
+    "voi": ("budgetmix.cli.voi", "voi_main", "the exact value of knowing the budget, per budget"),
     "gateway": ("budgetmix.cli.gateway", "gateway_main", "run the budget proxy for any client"),
 }
 

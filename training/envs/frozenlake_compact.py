@@ -37,6 +37,7 @@ from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel
 __all__ = [
     "CELL_NAMES",
     "COMPACT_ENV_NAME",
+    "DEMO_MAP",
     "MOVE_LETTERS",
     "OBS_REPEAT",
     "CompactFrozenLake",
@@ -51,6 +52,8 @@ CELL_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 OBS_REPEAT = 6
 #: The name the environment registry knows this environment by.
 COMPACT_ENV_NAME = "frozenlake-compact"
+#: The demo's map (the experiment's default ``desc``, slip 0.8).
+DEMO_MAP: tuple[str, ...] = ("SFF", "HFF", "HHG")
 
 
 def parse_move(text: str) -> int | None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from _mdp_brute import all_tables, success_within
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.mdp import (
     TabularMDP,
@@ -33,52 +32,16 @@ def _random_mdp(seed: int, live: int = 3, actions: int = 2) -> TabularMDP:
     return TabularMDP(p, success, np.arange(n) >= live, 0)
 
 
-def _success_within(mdp: TabularMDP, act: object, horizon: int) -> list[float]:
-    """Forward propagation of the state distribution, independent of the core's solvers:
-    ``act(t, s)`` is the action after ``t`` turns used; success[T] for T = 0..horizon."""
-    dist = {mdp.start: 1.0}
-    won = float(mdp.success[mdp.start])
-    out = [won]
-    for t in range(horizon):
-        nxt: dict[int, float] = {}
-        for s, mass in dist.items():
-            if mdp.terminal[s]:
-                continue
-            a = act(t, s)  # type: ignore[operator]
-            for s2 in range(mdp.n_states):
-                pr = mdp.transitions[s, a, s2] * mass
-                if pr == 0:
-                    continue
-                if mdp.success[s2]:
-                    won += pr
-                elif not mdp.terminal[s2]:
-                    nxt[s2] = nxt.get(s2, 0.0) + pr
-        dist = nxt
-        out.append(won)
-    return out
-
-
-def _all_tables(mdp: TabularMDP, horizon: int) -> list[np.ndarray]:
-    live = [s for s in range(mdp.n_states) if not mdp.terminal[s]]
-    tables = []
-    for choice in itertools.product(range(mdp.n_actions), repeat=horizon * len(live)):
-        table = np.zeros((horizon, mdp.n_states), dtype=np.intp)
-        for i, a in enumerate(choice):
-            table[i // len(live), live[i % len(live)]] = a
-        tables.append(table)
-    return tables
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_backward_induction_is_the_best_of_all_policies_per_budget(seed: int) -> None:
     mdp = _random_mdp(seed)
     horizon = 3
     v, q = finite_horizon_values(mdp, horizon)
     assert v.shape == (4, 5) and q.shape == (4, 5, 2)  # (V, Q), in that order
-    tables = _all_tables(mdp, horizon)
+    tables = all_tables(mdp, horizon)
     for budget in range(horizon + 1):
         best = max(
-            _success_within(mdp, lambda t, s, tb=tb: int(tb[t, s]), budget)[budget]
+            success_within(mdp, lambda t, s, tb=tb: int(tb[t, s]), budget)[budget]
             for tb in tables
         )
         assert v[budget, mdp.start] == pytest.approx(best, abs=1e-12)
@@ -97,13 +60,13 @@ def test_the_blind_optimum_is_the_best_of_all_elapsed_turn_policies(
     w = w / w.sum()
     top = max(budgets)
     scored = []
-    for tb in _all_tables(mdp, top):
-        curve = _success_within(mdp, lambda t, s, tb=tb: int(tb[t, s]), top)
+    for tb in all_tables(mdp, top):
+        curve = success_within(mdp, lambda t, s, tb=tb: int(tb[t, s]), top)
         scored.append((sum(wi * curve[b] for wi, b in zip(w, budgets, strict=True)), curve))
     best_mean = max(m for m, _ in scored)
     got = blind_optimum(mdp, budgets, weights)
     assert got.mean == pytest.approx(best_mean, abs=1e-12)
-    assert np.allclose(got.curve, _success_within(mdp, lambda t, s: int(got.actions[t, s]), top))
+    assert np.allclose(got.curve, success_within(mdp, lambda t, s: int(got.actions[t, s]), top))
     # the per-budget split: the one of the maximisers (unique on these random models)
     winners = [c for m, c in scored if m > best_mean - 1e-12]
     assert any(np.allclose(got.curve, c) for c in winners)
