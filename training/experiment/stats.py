@@ -1,22 +1,47 @@
-"""Seed-level statistics of the preregistered design (docs/prereg.md): t-intervals, Holm.
+"""Seed-level statistics of the preregistered design (docs/prereg.md): t-intervals, Holm,
+the exact sign-flip test and the hierarchical bootstrap.
 
 The unit of analysis is the training seed: a paired difference is one number per
 seed (the same evaluation episodes for both arms), its mean gets a Student-t 95%
 interval with ``seeds - 1`` degrees of freedom and a two-sided p-value; the
-per-budget cells are Holm-corrected. Pure Python (no scipy): the t distribution
-through the regularised incomplete beta function.
+per-budget cells are Holm-corrected. Beside the t interval (issue 29):
+
+* :func:`sign_flip_test`: the exact permutation test of a zero mean over the
+  units (every one of the ``2**n`` sign assignments; no distributional
+  assumption; the smallest p it can give is ``2 / 2**n``);
+* :func:`hierarchical_bootstrap`: a percentile interval from resampling the
+  design's levels in turn (SFT base, then training seed within it, then
+  evaluation episode within that), so every source of variation is in it.
+
+Pure Python (no scipy): the t distribution through the regularised incomplete
+beta function.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from budgetmix.exceptions import ConfigError
 
-__all__ = ["MeanTest", "holm", "mean_test", "t_cdf", "t_quantile"]
+__all__ = [
+    "BootstrapInterval",
+    "MeanTest",
+    "SignFlipTest",
+    "hierarchical_bootstrap",
+    "holm",
+    "mean_test",
+    "sign_flip_test",
+    "t_cdf",
+    "t_quantile",
+]
+
+#: Most units the exact sign-flip test enumerates (2**20 sign assignments).
+MAX_SIGN_FLIP_UNITS = 20
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -114,3 +139,102 @@ def holm(pvalues: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class SignFlipTest:
+    """The exact two-sided sign-flip test of mean = 0 over ``n`` units.
+
+    ``p`` is the share of the ``2**n`` sign assignments whose mean is at least as
+    far from 0 as the observed one; ``p_min`` is the smallest p this ``n`` allows.
+    """
+
+    n: int
+    mean: float
+    p: float
+    p_min: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def sign_flip_test(values: Sequence[float]) -> SignFlipTest:
+    """Exact sign-flip permutation test on per-unit paired differences.
+
+    Raises:
+        ConfigError: no values, or more than :data:`MAX_SIGN_FLIP_UNITS`.
+    """
+    xs = [float(v) for v in values]
+    if not xs:
+        raise ConfigError("sign_flip_test: no values")
+    if len(xs) > MAX_SIGN_FLIP_UNITS:
+        raise ConfigError(f"sign_flip_test: at most {MAX_SIGN_FLIP_UNITS} units, got {len(xs)}")
+    n = len(xs)
+    observed = abs(sum(xs))
+    tol = 1e-12 * max(1.0, observed)
+    hits = sum(
+        abs(sum(s * x for s, x in zip(signs, xs, strict=True))) >= observed - tol
+        for signs in itertools.product((1.0, -1.0), repeat=n)
+    )
+    return SignFlipTest(n, sum(xs) / n, hits / 2**n, min(1.0, 2 / 2**n))
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapInterval:
+    """A hierarchical-bootstrap percentile interval of the grand mean."""
+
+    mean: float
+    lo: float
+    hi: float
+    reps: int
+    levels: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__} | {"levels": list(self.levels)}
+
+
+def _grand_mean(tree: Sequence[Sequence[Sequence[float]]]) -> float:
+    """Mean over bases of the mean over seeds of the mean over episodes."""
+    return sum(sum(sum(e) / len(e) for e in b) / len(b) for b in tree) / len(tree)
+
+
+def hierarchical_bootstrap(
+    tree: Sequence[Sequence[Sequence[float]]],
+    *,
+    reps: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> BootstrapInterval:
+    """Percentile interval of the grand mean of ``tree[base][seed][episode]``.
+
+    Each replicate draws bases with replacement, then seeds with replacement within
+    each drawn base, then episodes with replacement within each drawn seed, and
+    takes the same grand mean (every level weighted equally, as the point estimate).
+    Seeded: the same call gives the same interval.
+
+    Raises:
+        ConfigError: an empty level anywhere, ``reps`` < 100 or ``level`` outside (0, 1).
+    """
+    if not tree or any(not b or any(not e for e in b) for b in tree):
+        raise ConfigError("hierarchical_bootstrap: every base, seed and episode list needs items")
+    if not isinstance(reps, int) or reps < 100:
+        raise ConfigError(f"hierarchical_bootstrap: reps must be an integer >= 100, got {reps!r}")
+    if not 0.0 < level < 1.0:
+        raise ConfigError(f"hierarchical_bootstrap: level must lie in (0, 1), got {level!r}")
+    rng = random.Random(seed)
+    data = [[[float(x) for x in e] for e in b] for b in tree]
+    stats = []
+    for _ in range(reps):
+        total = 0.0
+        for b in rng.choices(data, k=len(data)):
+            seeds = rng.choices(b, k=len(b))
+            total += sum(sum(rng.choices(e, k=len(e))) / len(e) for e in seeds) / len(seeds)
+        stats.append(total / len(data))
+    stats.sort()
+    tail = (1.0 - level) / 2.0
+    lo = stats[min(reps - 1, math.floor(tail * reps))]
+    hi = stats[min(reps - 1, math.ceil((1.0 - tail) * reps) - 1)]
+    levels = (len(data), sum(len(b) for b in data), sum(len(e) for b in data for e in b))
+    return BootstrapInterval(_grand_mean(data), lo, hi, reps, levels)
