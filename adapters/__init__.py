@@ -25,7 +25,7 @@ from budgetmix.adapters.base import (
 from budgetmix.adapters.chat_template import ChatTemplate
 from budgetmix.adapters.env_agent import ChatModelEnvAgent
 from budgetmix.adapters.local import LocalChatModel, parse_tool_calls
-from budgetmix.adapters.loop import AgentRun, arun_agent, run_agent
+from budgetmix.adapters.loop import AgentRun, EndEpisode, arun_agent, run_agent
 from budgetmix.adapters.testing.network import NetworkBlockedError, block_network
 from budgetmix.adapters.testing.scripted import (
     FailingModel,
@@ -53,6 +53,7 @@ __all__ = [
     "ChatModelBase",
     "ChatModelEnvAgent",
     "ChatTemplate",
+    "EndEpisode",
     "FailingModel",
     "LocalChatModel",
     "MistakeThenRecover",

@@ -15,7 +15,13 @@ from budgetmix.exceptions import ConfigError
 from budgetmix.policy import NoticePolicy, notice_placement
 from budgetmix.steps import Turn
 
-__all__ = ["check_trained_notice", "record_content", "sendable", "tool_pool"]
+__all__ = [
+    "check_trained_grace",
+    "check_trained_notice",
+    "record_content",
+    "sendable",
+    "tool_pool",
+]
 
 
 def record_content(turn: Turn, sent: ModelRequest, response: ModelResponse) -> None:
@@ -63,6 +69,26 @@ def tool_pool(max_parallel: int) -> Iterator[Callable[[], ThreadPoolExecutor]]:
     finally:
         for p in pool:
             p.shutdown(wait=True)
+
+
+def check_trained_grace(model: object, exhaustion: str) -> None:
+    """Refuse a grace turn for a model trained without one.
+
+    A model whose ``trained_grace_turn`` is ``False`` (what
+    :func:`budgetmix.training.serve.chat_model` sets for a checkpoint the trainer wrote:
+    training rollouts end at the budget, with no grace turn) never saw a grace turn's
+    request; ``None`` (or no such attribute) skips the check.
+
+    Raises:
+        ConfigError: ``exhaustion`` is ``"grace"`` (the message names the fix).
+    """
+    if exhaustion == "grace" and getattr(model, "trained_grace_turn", None) is False:
+        raise ConfigError(
+            f"model {getattr(model, 'model_name', model)!r} was trained without a grace turn "
+            "(its training_env.json: grace_turn false), but the controller grants one "
+            "(exhaustion='grace'); deploy it with exhaustion='end' or 'raise', or set "
+            "model.trained_grace_turn = None to grant one on purpose (docs/layout.md)"
+        )
 
 
 def check_trained_notice(model: object, notice: NoticePolicy) -> None:

@@ -11,7 +11,10 @@ the tokens it is deployed on (docs/layout.md). It
   ``tokenizer.apply_chat_template(messages, tools=<Chat Completions tools>)``;
 * parses generated text back into content and tool calls: the Hermes/Qwen
   ``<tool_call>{json}</tool_call>`` blocks, or the Llama-3.x bare JSON object
-  ``{"name": ..., "parameters": ...}`` (chosen from the template, overridable);
+  ``{"name": ..., "parameters": ...}`` (chosen from the template, overridable); a
+  template that renders tools in another syntax (Mistral's ``[TOOL_CALLS]``) has no
+  parser: rendering with tools refuses, naming the known ones (so no reply is read
+  with another parser);
 * knows the stop ids: every ``generation_config.eos_token_id``, the tokenizer's
   EOS and the template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``).
 
@@ -34,6 +37,7 @@ from budgetmix.exceptions import ConfigError
 
 __all__ = [
     "TOOL_CALL_CLOSE",
+    "TOOL_CALL_FORMATS",
     "TOOL_CALL_OPEN",
     "ChatTemplate",
     "ToolCallFormat",
@@ -53,8 +57,21 @@ _PYTHON_TAG = "<|python_tag|>"
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|eom_id|>")
 
 ToolCallFormat = Literal["hermes", "llama_json"]
+#: The tool-call parsers (``ChatTemplate(tool_call_format=...)``).
+TOOL_CALL_FORMATS: tuple[ToolCallFormat, ...] = ("hermes", "llama_json")
 ToolsIn = Literal["auto", "template", "system"]
 Row = dict[str, Any]
+
+
+def _implied_format(template: str, *, native: bool) -> ToolCallFormat | None:
+    """The parser a template's own tool syntax implies (``None``: none budgetmix has); a
+    template that renders no ``tool_calls`` (``native`` false) shows budgetmix's Hermes
+    markup instead."""
+    if "<tool_call>" in template or not native:
+        return "hermes"
+    if '"parameters"' in template:
+        return "llama_json"
+    return None
 
 
 def _arguments_of(decoded: Mapping[str, Any]) -> str:
@@ -196,9 +213,11 @@ class ChatTemplate:
         tokenizer: a transformers tokenizer.
         chat_template: a template text to use instead of the tokenizer's (for
             example a prefix-stable training variant, see docs/layout.md).
-        tool_call_format: how generated tool calls are read; default: ``"llama_json"``
-            for a template that asks for ``"parameters"`` JSON without ``<tool_call>``,
-            else ``"hermes"``.
+        tool_call_format: how generated tool calls are read; default: ``"hermes"`` for
+            a template that writes ``<tool_call>`` (or that renders no ``tool_calls``:
+            budgetmix then writes them as ``<tool_call>`` markup), ``"llama_json"`` for one
+            that asks for ``"parameters"`` JSON, else none (``tool_call_format`` is
+            ``None``, and rendering with tools raises ``ConfigError``).
         tools_in: where tool specs go: the template's ``tools`` variable, a system
             message, or ``"auto"`` (the template if it mentions ``tools``).
         eos_token_ids: more stop ids (a model's ``generation_config.eos_token_id``).
@@ -222,7 +241,7 @@ class ChatTemplate:
             raise ConfigError("tokenizer: has no chat_template")
         if tools_in not in ("auto", "template", "system"):
             raise ConfigError(f"tools_in must be 'auto', 'template' or 'system', got {tools_in!r}")
-        if tool_call_format not in (None, "hermes", "llama_json"):
+        if tool_call_format is not None and tool_call_format not in TOOL_CALL_FORMATS:
             raise ConfigError(
                 f"tool_call_format must be 'hermes' or 'llama_json', got {tool_call_format!r}"
             )
@@ -230,10 +249,8 @@ class ChatTemplate:
         self.template = template
         self.native_tools = tools_in == "template" or (tools_in == "auto" and "tools" in template)
         self.native_tool_calls = self.native_tools and "tool_calls" in template
-        self.tool_call_format: ToolCallFormat = tool_call_format or (
-            "llama_json"
-            if "<tool_call>" not in template and '"parameters"' in template
-            else "hermes"
+        self.tool_call_format: ToolCallFormat | None = tool_call_format or _implied_format(
+            template, native=self.native_tool_calls
         )
         self.end_of_turn = self._find_end_of_turn()
         self.stop_token_ids = self._stop_ids(eos_token_ids)
@@ -276,6 +293,8 @@ class ChatTemplate:
         Raises:
             ConfigError: the template refuses the conversation (its message is kept).
         """
+        if tools:
+            self._parser()  # a conversation with tools needs a parser for the replies
         rows = self.rows(messages)
         kwargs: dict[str, Any] = {}
         if tools and self.native_tools:
@@ -338,7 +357,10 @@ class ChatTemplate:
     def parse(
         self, text: str, *, id_prefix: str = "call"
     ) -> tuple[str, tuple[ToolCallRequest, ...]]:
-        """Generated ``text`` (special tokens removed) as content and tool calls."""
+        """Generated ``text`` (special tokens removed) as content and tool calls (for a
+        template with no parser, content only: it was never rendered with tools)."""
+        if self.tool_call_format is None:
+            return text.strip(), ()
         if self.tool_call_format == "llama_json":
             return parse_llama_json_calls(text, id_prefix=id_prefix)
         return parse_tool_calls(text, id_prefix=id_prefix)
@@ -348,6 +370,18 @@ class ChatTemplate:
         content, calls = self.parse(text, id_prefix=id_prefix)
         (row,) = chat_rows([ChatMessage(role="assistant", content=content, tool_calls=calls)])
         return row
+
+    def _parser(self) -> ToolCallFormat:
+        if self.tool_call_format is None:
+            raise ConfigError(
+                "chat template: its tool calls are in a syntax budgetmix has no parser for "
+                "(it writes neither <tool_call> blocks nor Llama-3 \"parameters\" JSON); "
+                f"the known parsers are {', '.join(map(repr, TOOL_CALL_FORMATS))}: choose "
+                "the one the model writes with ChatTemplate(tool_call_format=...) / "
+                "LocalChatModel(..., tool_call_format=...), or use a template of a known "
+                "family (docs/layout.md)"
+            )
+        return self.tool_call_format
 
     # -- stop ids ------------------------------------------------------------------------
     def _find_end_of_turn(self) -> str:

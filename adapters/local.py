@@ -41,6 +41,7 @@ from budgetmix.adapters.chat_template import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
     ChatTemplate,
+    ToolCallFormat,
     ToolsIn,
     parse_tool_calls,
 )
@@ -176,10 +177,14 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
             system message, or ``"auto"`` (the template if it mentions ``tools``).
         chat_template: a template text instead of the tokenizer's (the one the model was
             trained with, when that was a training variant).
+        tool_call_format: the parser of its tool calls (default: the one the template
+            implies; ``ChatTemplate``).
 
     ``trained_notice`` (``None`` here) is the notice policy the model was trained with;
     :func:`budgetmix.training.serve.chat_model` sets it from the checkpoint, and
     ``run_agent`` then refuses a controller whose notice placement or format differs.
+    ``trained_grace_turn`` (``None`` here; ``False`` for a checkpoint trained without a
+    grace turn) makes ``run_agent`` refuse a controller that grants one.
 
     Raises:
         ConfigError: the tokenizer has no chat template, or an argument is out of range.
@@ -187,6 +192,7 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
 
     provider_name: str = "transformers"
     trained_notice: NoticePolicy | None = None
+    trained_grace_turn: bool | None = None
 
     def __init__(
         self,
@@ -200,6 +206,7 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         seed: int = 0,
         tools_in: ToolsIn = "auto",
         chat_template: str | None = None,
+        tool_call_format: ToolCallFormat | None = None,
     ) -> None:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
@@ -208,7 +215,11 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
         if not 0.0 < top_p <= 1.0:
             raise ConfigError(f"top_p must lie in (0, 1], got {top_p!r}")
         self.template = ChatTemplate.for_model(
-            model, tokenizer, chat_template=chat_template, tools_in=tools_in
+            model,
+            tokenizer,
+            chat_template=chat_template,
+            tools_in=tools_in,
+            tool_call_format=tool_call_format,
         )
         self.model = model
         self.tokenizer = tokenizer

@@ -19,7 +19,9 @@ each response and records each tool outcome. Per turn the loop:
    refusing it whole when it does not fit, validates every call, runs the
    valid ones concurrently, and appends one tool message per call in call
    order. A tool that raises, invalid arguments and unknown tools become
-   error results the model sees plus mistake events.
+   error results the model sees plus mistake events. A tool that returns
+   :class:`EndEpisode` ends the episode after this batch (its ``success``, no
+   further model call): the rule a tool environment's training rollout follows too.
 
 With ``exhaustion="grace"`` a run whose turns are spent gets one more call
 with ``tool_choice="none"`` (tool definitions stay in the request, so the
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from budgetmix.adapters._agent_setup import ToolLike, prepare
 from budgetmix.adapters._loop_support import (
+    check_trained_grace,
     check_trained_notice,
     record_content,
     sendable,
@@ -75,13 +78,28 @@ from budgetmix.steps import ToolCall, Turn
 if TYPE_CHECKING:
     from budgetmix.adapters.pricing import Pricing
 
-__all__ = ["AgentRun", "arun_agent", "run_agent"]
+__all__ = ["AgentRun", "EndEpisode", "arun_agent", "run_agent"]
 
 Judge = Callable[[str], bool]
 
 #: What the model reads for calls that were never run.
 REFUSED_BY_BUDGET = "Not executed: the tool-call budget does not cover this batch."
 IGNORED_ON_GRACE = "Not executed: tools are disabled on the final wrap-up turn."
+
+
+@dataclass(frozen=True, slots=True)
+class EndEpisode:
+    """What a tool returns to end the episode with its result (a ``submit`` tool, an
+    environment that says the task is done).
+
+    The model reads ``output`` as the tool's result; once the batch's tool messages are
+    in, the episode finishes with ``success`` (the judge is not asked) and the model is
+    not called again: the turn that ran the tool is the episode's last, as in a
+    training rollout of a tool environment (docs/layout.md).
+    """
+
+    output: Any
+    success: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +189,8 @@ class _AgentLoop:
             episode.controller.instrumentation.episode_input(episode, self.history)
 
     def next_turn(self) -> Turn | None:
+        if self.episode.finished:  # a tool ended it (EndEpisode)
+            return None
         return self.episode.try_begin_turn(model=self.model_name)
 
     def request(self, turn: Turn) -> ModelRequest:
@@ -229,7 +249,9 @@ class _AgentLoop:
     def on_outcomes(
         self, batch: Sequence[_Planned], outcomes: Sequence[ToolOutcome | None]
     ) -> None:
-        """Record each call's outcome (in call order, so events are deterministic)."""
+        """Record each call's outcome (in call order, so events are deterministic); the
+        first :class:`EndEpisode` finishes the episode once all are recorded."""
+        ended: EndEpisode | None = None
         for planned, outcome in zip(batch, outcomes, strict=True):
             call, req = planned.call, planned.request
             call.record_arguments(req.arguments)
@@ -239,6 +261,9 @@ class _AgentLoop:
                 continue
             assert outcome is not None
             ok, value = outcome
+            if ok and isinstance(value, EndEpisode):
+                ended = ended or value
+                value = value.output
             if ok:
                 call.succeed(value)
                 self._tool_message(req, render_tool_result(value), is_error=False)
@@ -246,6 +271,9 @@ class _AgentLoop:
                 text = render_tool_error(value)
                 call.fail(text, kind=_raised_kind(value))
                 self._tool_message(req, text, is_error=True)
+        if ended is not None:
+            self.output = render_tool_result(ended.output)
+            self.episode.finish(success=ended.success, output=self.output)
 
     def run_result(self) -> AgentRun:
         result = self.episode.result
@@ -333,6 +361,7 @@ def _open_loop(
     """
     episode, toolbox, history = prepare(model, tools, task, budget, **options)
     check_trained_notice(model, episode.controller.notice)
+    check_trained_grace(model, episode.controller.exhaustion)
     return _AgentLoop(
         episode, toolbox, history, model_name=str(model.model_name), judge=judge, pricing=pricing
     )
@@ -396,7 +425,8 @@ def run_agent(
         ConfigError: invalid arguments, an async-only model, a cost limit on a model
             without a known price, or a model whose ``trained_notice`` (a checkpoint
             trained with budgetmix) has another placement or format than the
-            controller's notice policy (docs/layout.md).
+            controller's notice policy (docs/layout.md), or whose ``trained_grace_turn``
+            is ``False`` under ``exhaustion="grace"``.
         ProviderError: the model failed after retries (episode status ``error``).
         BudgetExhausted: the budget ran out and the controller's exhaustion is ``"raise"``.
     """

@@ -8,7 +8,7 @@ deploy it under the controller with `env.controller_tools()`.
 
 from __future__ import annotations
 
-from budgetmix.adapters.testing import final_answer, tool_call, tool_calls
+from budgetmix.adapters.testing import tool_call, tool_calls
 from budgetmix.training.envs import ToolEnv, ToolMistake, ToolResult, env_tool
 
 
@@ -43,11 +43,12 @@ class Counter(ToolEnv):
 
 
 def demonstration(env: Counter) -> list:
-    """A scripted run for a reset `env`: one mistake (add 5), a recovery, then the answer."""
+    """A scripted run for a reset `env`: one mistake (add 5), a recovery, then submit (its
+    result ends the episode, in training and under the controller)."""
     steps = [tool_calls(tool_call("add", {"amount": 5}, id="call_0"))]
     left = env.target - env.value
     while left:
         n = min(3, left)
         steps.append(tool_calls(tool_call("add", {"amount": n}, id=f"call_{len(steps)}")))
         left -= n
-    return [*steps, tool_calls(tool_call("submit", id=f"call_{len(steps)}")), final_answer("Done.")]
+    return [*steps, tool_calls(tool_call("submit", id=f"call_{len(steps)}"))]

@@ -14,7 +14,8 @@ JSON object per line,
                    "tool_calls": [{"id": "call_0", "name": "add", "arguments": "{\\"n\\": 2}"}]},
                   {"role": "tool", "content": "value 2", "tool_call_id": "call_0",
                    "name": "add"}, ...],
-     "budget_turns": 6, "notice_placement": "ephemeral", "status": "success"}
+     "budget_turns": 6, "notice_placement": "ephemeral", "status": "success",
+     "tool_errors": []}
 
 ``notice_placement`` says whether the run's notices are in its messages: under
 ``"observation"`` (the placement trained models are deployed with) ``run_agent``
@@ -25,6 +26,8 @@ model's run) they hold none and each turn's notice is put back in.
 :func:`episode_record` builds one from a run (``run_agent``'s result and the
 tools it had), :func:`write_episodes` appends records, :func:`read_episodes`
 reads and validates a file (a :class:`ConfigError` names the line).
+``tool_errors`` lists the ids of the calls whose tool raised (a ``tool_error``
+mistake: the tool's own bug, not the model's), from the run's mistakes.
 
 :func:`recorded_rollouts` turns records into training rows in the one episode
 layout (docs/layout.md): the messages rendered by the model's own chat template
@@ -32,7 +35,9 @@ with the tools, the budget notice of each turn placed in that turn's latest
 observation (placement ``"observation"``, rendered from a ledger of the
 recorded turn budget as the controller renders it), and a loss on the
 assistant tokens only. A template that is not prefix-stable gets one row per
-assistant turn instead of one per episode.
+assistant turn instead of one per episode. An episode with a ``tool_error`` is
+skipped (``tool_errors="skip"``, the default: a crash is not behaviour to imitate);
+``tool_errors="keep"`` trains on it as recorded.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from budgetmix.adapters.base import ChatMessage, ToolCallRequest, ToolSpec
 from budgetmix.adapters.tools import Tool
@@ -67,11 +72,14 @@ __all__ = [
 #: The ``format`` of every line of a recording.
 RECORD_FORMAT = "budgetmix.episode.v1"
 _ROLES = ("system", "user", "assistant", "tool")
+#: What SFT does with an episode whose tool raised: skip it, or train on it as recorded.
+ToolErrors = Literal["skip", "keep"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpisodeRecord:
-    """One recorded episode: its messages (no notices), its tools, its turn budget.
+    """One recorded episode: its messages (no notices), its tools, its turn budget, and
+    ``tool_errors``: the ids of the calls whose tool raised.
 
     Raises:
         ConfigError: no assistant message, or a message role outside
@@ -83,6 +91,7 @@ class EpisodeRecord:
     budget_turns: int | None = None
     notice_placement: str = "ephemeral"
     status: str = ""
+    tool_errors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not any(m.role == "assistant" for m in self.messages):
@@ -104,6 +113,7 @@ class EpisodeRecord:
             "budget_turns": self.budget_turns,
             "notice_placement": self.notice_placement,
             "status": self.status,
+            "tool_errors": list(self.tool_errors),
         }
 
     @classmethod
@@ -124,12 +134,16 @@ class EpisodeRecord:
             isinstance(turns, bool) or not isinstance(turns, int) or turns < 1
         ):
             raise ConfigError(f"'budget_turns' must be a positive integer or null, got {turns!r}")
+        errors = data.get("tool_errors", [])
+        if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+            raise ConfigError(f"'tool_errors' must be a list of call ids, got {errors!r}")
         return cls(
             messages=tuple(_message(m, i) for i, m in enumerate(messages)),
             tools=tuple(_tool_spec(t, i) for i, t in enumerate(tools)),
             budget_turns=turns,
             notice_placement=data.get("notice_placement", "ephemeral"),
             status=str(data.get("status", "")),
+            tool_errors=tuple(errors),
         )
 
 
@@ -192,19 +206,27 @@ def episode_record(
 ) -> EpisodeRecord:
     """The record of one ``run_agent`` episode with the ``tools`` it was given;
     ``notice_placement`` is the run's controller's (``"observation"``: its messages
-    hold the notices).
+    hold the notices); ``tool_errors`` are the calls of its ``tool_error`` mistakes.
 
     Raises:
         ConfigError: the run has no assistant message, or an unknown placement.
     """
     specs = tuple(t.spec if isinstance(t, Tool) else t for t in tools)
     limit = run.result.limits.get("turns")
+    from budgetmix.events import MistakeKind
+
+    crashed = tuple(
+        m.call_id
+        for m in run.result.mistakes
+        if m.kind is MistakeKind.TOOL_ERROR and m.call_id is not None
+    )
     return EpisodeRecord(
         messages=tuple(run.messages),
         tools=specs,
         budget_turns=int(limit) if limit is not None else None,
         notice_placement=notice_placement,
         status=str(run.result.status),
+        tool_errors=crashed,
     )
 
 
@@ -323,20 +345,30 @@ def recorded_rollouts(
     notice_format: str,
     max_total_tokens: int,
     default_turns: int = 1,
+    tool_errors: ToolErrors = "skip",
 ) -> list[Rollout]:
     """Training rows of ``records`` (see the module docstring), as :class:`Rollout` s
     whose ``response_mask`` is 1 on assistant tokens; ``default_turns`` is the budget
-    of a record that names none (at least its own turn count).
+    of a record that names none (at least its own turn count). ``tool_errors="skip"``
+    leaves out every record with a call whose tool raised; ``"keep"`` trains on it.
 
     Raises:
         ConfigError: a row longer than ``max_total_tokens``, an unknown notice format,
-            or a template that refuses a conversation.
+            a template that refuses a conversation, or every record skipped.
     """
+    from budgetmix._validate import check_choice
     from budgetmix.policies.samplers import BudgetDraw
     from budgetmix.training.rollout import Rollout
 
+    check_choice("tool_errors", tool_errors, ("skip", "keep"))
+    kept = [r for r in records if tool_errors == "keep" or not r.tool_errors]
+    if records and not kept:
+        raise ConfigError(
+            f"sft_data: all {len(records)} episodes have a tool that raised (their "
+            "'tool_errors'); fix the tools and record again, or pass tool_errors='keep'"
+        )
     out: list[Rollout] = []
-    for n, record in enumerate(records):
+    for n, record in enumerate(kept):
         messages = _with_notices(record, notice_format, default_turns)
         turns = record.budget_turns or max(default_turns, _assistant_turns(record))
         for prompt, ids, mask in _rows(template, messages, record.tools):

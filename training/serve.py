@@ -24,6 +24,12 @@ Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
   checkpoint's ``training_env.json``): then the model is fed, turn by turn, the
   ids a training rollout of the same episode holds (docs/layout.md); ``run_agent``
   refuses another placement or format.
+
+Both read the checkpoint's replies with the tool-call parser it was trained with
+(``training_env.json``'s ``tool_call_format``; else the one its template implies, and a
+template with no known parser is refused, never read with another), and carry
+``trained_grace_turn = False`` for a checkpoint trained without a grace turn (every one
+the trainer writes): ``run_agent`` and the evaluator refuse to grant it one.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from budgetmix.adapters.base import ToolSpec
+from budgetmix.adapters.chat_template import ToolCallFormat
 from budgetmix.environment import AgentReply, Environment
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.notice import NoticePlacement, append_notice
@@ -49,6 +56,7 @@ class TrainedPolicyAgent:
         temperature: 0 decodes greedily; above 0 samples (seeded by ``seed``).
         max_new_tokens: cap of one response.
         seed: sampling seed (ignored when greedy).
+        tool_call_format: the parser of its tool calls (default: the template's).
 
     The model is run on each id of an episode once: the episode's KV cache is kept
     across its turns (keyed by episode) and dropped when the next episode starts or
@@ -61,6 +69,9 @@ class TrainedPolicyAgent:
     sees_budget = True
     #: The notice policy the checkpoint was trained with (:meth:`from_pretrained` sets it).
     trained_notice: NotifyEveryTurn | None = None
+    #: ``False``: trained without a grace turn (:meth:`from_pretrained` sets it); the
+    #: evaluator then refuses a policy that grants one.
+    trained_grace_turn: bool | None = None
 
     def __init__(
         self,
@@ -70,6 +81,7 @@ class TrainedPolicyAgent:
         temperature: float = 0.0,
         max_new_tokens: int = 16,
         seed: int = 0,
+        tool_call_format: ToolCallFormat | None = None,
     ) -> None:
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
@@ -78,7 +90,7 @@ class TrainedPolicyAgent:
         from budgetmix.training.chat import ChatCodec
         from budgetmix.training.generation import ModelGenerator
 
-        self.codec = ChatCodec.for_model(model, tokenizer)
+        self.codec = ChatCodec.for_model(model, tokenizer, tool_call_format=tool_call_format)
         self.max_new_tokens = max_new_tokens
         self.generator = ModelGenerator.seeded(
             model, tokenizer, temperature=temperature, batch_size=1, seed=seed
@@ -99,17 +111,22 @@ class TrainedPolicyAgent:
         A directory with a ``manifest.json`` (every ``final/`` that training writes)
         is verified file by file first. ``trained_notice`` is set to
         :func:`deployment_notice` of ``path``: give the evaluator or controller its
-        format (the agent always places the notice as training did, in the observation).
+        format (the agent always places the notice as training did, in the observation);
+        the recorded parser and ``trained_grace_turn`` come from the same file.
 
         Raises:
-            ConfigError: ``path`` is not a local directory, or a bad option.
+            ConfigError: ``path`` is not a local directory, a bad option, or a file that
+                records an unknown parser.
             CheckpointError: a file is damaged (the message names it) or cannot be loaded.
         """
         from budgetmix.training.models import load_pretrained
+        from budgetmix.training.provenance import read_training_grace, read_training_parser
 
         model, tokenizer = load_pretrained(path)
+        options.setdefault("tool_call_format", read_training_parser(path))
         agent = cls(model, tokenizer, **options)
         agent.trained_notice = deployment_notice(path)
+        agent.trained_grace_turn = read_training_grace(path)
         return agent
 
     def start(self, env: Environment, seed: int) -> None:
@@ -209,14 +226,20 @@ def chat_model(path: str | Path, **options: Any) -> Any:
 
     Its ``trained_notice`` is :func:`deployment_notice` of ``path``: ``run_agent`` refuses
     a controller whose notice placement or format differs from it (set it to ``None`` to
-    deploy the model otherwise on purpose).
+    deploy the model otherwise on purpose). Its replies are parsed with the recorded
+    ``tool_call_format``, and ``trained_grace_turn`` is the recorded ``grace_turn``
+    (``False``: ``run_agent`` refuses ``exhaustion="grace"``).
 
     Raises:
-        ConfigError: ``path`` is not a local directory, or a bad option.
+        ConfigError: ``path`` is not a local directory, a bad option, or a file that
+            records an unknown parser.
         CheckpointError: a file the manifest lists is damaged (the message names it).
     """
     from budgetmix.adapters.local import LocalChatModel
+    from budgetmix.training.provenance import read_training_grace, read_training_parser
 
+    options.setdefault("tool_call_format", read_training_parser(path))
     model = LocalChatModel.from_pretrained(path, local_files_only=True, **options)
     model.trained_notice = deployment_notice(path)
+    model.trained_grace_turn = read_training_grace(path)
     return model

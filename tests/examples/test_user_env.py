@@ -53,9 +53,9 @@ def test_the_example_is_short_and_labels_mistakes_and_recoveries(user_env: Any) 
     run = _deploy(ScriptedModel(user_env.demonstration(env)), env, 1)
     assert run.success and run.result.status is EpisodeStatus.SUCCESS
     assert [m.kind for m in run.result.mistakes] == ["env_action_failed"]  # refused add, as trained
-    assert (
-        len(run.result.recoveries) == 1 and run.turns_used == 5
-    )  # 5 = mistake, 3, 2, submit, done
+    # 4 = mistake, 3, 2, submit: the submit's result ends the episode, as in training
+    assert len(run.result.recoveries) == 1 and run.turns_used == 4
+    assert run.messages[-1].role == "tool" and run.output == "Correct."
 
 
 @pytest.mark.slow
@@ -107,7 +107,7 @@ def test_recorded_trained_and_deployed_under_the_controller(user_env: Any, tmp_p
     trained_on = json.loads((result.final_model_dir / "training_env.json").read_text())
     assert trained_on["env"] == "user_env:Counter"
     # 4. the trained checkpoint deployed under the controller with the env's own tools: it
-    # plays the demonstrated pattern (a refused add 5, a recovery, adds, submit, a reply)
+    # plays the demonstrated pattern (a refused add 5, a recovery, adds, submit)
     # within the budget, and the controller records its turns, mistake and recovery. (Whether
     # it reaches the target is not asserted: in 80 steps the tiny model learns the pattern,
     # not to read the target.)

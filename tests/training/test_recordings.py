@@ -12,7 +12,7 @@ from budgetmix import Budget, BudgetController, NotifyEveryTurn
 from budgetmix.adapters import run_agent
 from budgetmix.adapters.base import ChatMessage
 from budgetmix.adapters.chat_template import ChatTemplate
-from budgetmix.adapters.testing import ScriptedModel, final_answer, tool_call, tool_calls
+from budgetmix.adapters.testing import ScriptedModel, tool_call, tool_calls
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
 from budgetmix.training.recordings import (
@@ -50,8 +50,7 @@ def _run(placement: str = "ephemeral") -> tuple[Any, Adder]:
         [
             tool_calls(tool_call("add", {"n": 1}, id="c1")),
             tool_calls(tool_call("add", "{bad", id="c2")),
-            tool_calls(tool_call("add", {"n": 2}, id="c3")),
-            final_answer("done"),
+            tool_calls(tool_call("add", {"n": 2}, id="c3")),  # its result ends the episode
         ]
     )
     budget: Any = Budget(turns=5)
@@ -151,7 +150,7 @@ def test_rows_are_the_deployed_rendering_with_loss_on_assistant_tokens(placement
     learned = [t for t, m in zip(row.response_ids, row.response_mask, strict=True) if m]
     assert template.decode(learned) == expected
     assert "[budget v1c] turn 1/5, 5 left" in template.decode(row.prompt_ids)
-    assert row.success and row.num_turns == 4 and row.budget.turns == 5
+    assert row.success and row.num_turns == 3 and row.budget.turns == 5
 
 
 def test_a_template_that_is_not_prefix_stable_gets_one_row_per_turn() -> None:
@@ -166,7 +165,7 @@ def test_a_template_that_is_not_prefix_stable_gets_one_row_per_turn() -> None:
         notice_format="v1-compact",
         max_total_tokens=4096,
     )
-    assert len(rows) == 4 and all(all(r.response_mask) for r in rows)
+    assert len(rows) == 3 and all(all(r.response_mask) for r in rows)
     messages = _with_notices(episode_record(run, env.controller_tools()), "v1-compact", 1)
     replies = [i for i, m in enumerate(messages) if m.role == "assistant"]
     for row, i in zip(rows, replies, strict=True):  # each row: what deployment renders at turn i

@@ -41,11 +41,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar, overload, runtime_checkable
 
 from budgetmix.adapters.base import ToolCallRequest, ToolSpec
+from budgetmix.adapters.loop import EndEpisode
 from budgetmix.adapters.tools import (
     Tool,
     ToolArgumentError,
@@ -181,8 +183,11 @@ def _class_tool(fn: Callable[..., Any], options: dict[str, Any], owner: str) -> 
         raise ConfigError(f"{owner}.{fn.__name__}: environment tools must be synchronous")
     signature = inspect.signature(fn)
     params = list(signature.parameters.values())
-    if not params or params[0].name != "self":
-        raise ConfigError(f"{owner}.{fn.__name__}: an environment tool is a method (self first)")
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not params or params[0].kind not in positional:
+        raise ConfigError(
+            f"{owner}.{fn.__name__}: an environment tool is a method (the instance first)"
+        )
 
     @functools.wraps(fn)
     def proxy(**kwargs: Any) -> Any:  # pragma: no cover - replaced per instance
@@ -336,10 +341,14 @@ class ToolEnv:
 
         Each call is a step of this environment (same validation, same state, the
         same text for the model): a :class:`ToolMistake` propagates (``run_agent``
-        records it with its own ``kind``, as training labels it), anything else returns
-        the observation. After
-        a tool ended the episode, calls answer :data:`EPISODE_OVER`. Pass
-        ``judge=env.judge`` so the episode's success is the environment's.
+        records it with its own ``kind``, as training labels it), so does any other
+        exception (a ``tool_error``), anything else returns the observation. A call
+        whose result ends the episode returns it as
+        :class:`~budgetmix.adapters.loop.EndEpisode`: ``run_agent`` ends the episode
+        there with the environment's verdict, without another model call (the
+        episode-end rule of training rollouts, docs/layout.md). Later calls of the
+        same reply answer :data:`EPISODE_OVER`. Pass ``judge=env.judge`` so an episode
+        that ends with a reply is judged by the environment.
         """
         return [
             dataclasses.replace(t, fn=functools.partial(self._deployed_call, t.name))
@@ -353,12 +362,17 @@ class ToolEnv:
             return self.success
         return self.respond(answer).success
 
-    def _deployed_call(self, name: str, **arguments: Any) -> Any:
-        if self.done:
-            return EPISODE_OVER
-        self._begin_step()
-        value = self.toolbox[name].fn(**arguments)  # the loop shows what it raises
-        return self._outcome(value, tool=name).observation
+    def _deployed_call(self, tool_name: str, /, **arguments: Any) -> Any:
+        # positional-only: a tool may have a parameter called ``tool_name`` (or ``name``)
+        with self.__dict__.setdefault("_deployed_lock", threading.Lock()):
+            if self.done:
+                return EPISODE_OVER
+            self._begin_step()
+            value = self.toolbox[tool_name].fn(**arguments)  # the loop shows what it raises
+            result = self._outcome(value, tool=tool_name)
+        if result.done:  # the episode ends with this result, as a training rollout does
+            return EndEpisode(result.observation, success=result.success)
+        return result.observation
 
     # -- internals --------------------------------------------------------------------
     def _begin_step(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import pytest
 from budgetmix import Budget
 from budgetmix.adapters import run_agent
-from budgetmix.adapters.testing import ScriptedModel, final_answer, tool_call, tool_calls
+from budgetmix.adapters.testing import ScriptedModel, tool_call, tool_calls
 from budgetmix.environment import Environment, EnvStateError
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.tool_env import (
@@ -185,7 +185,6 @@ def test_deployed_under_the_controller() -> None:
             tool_calls(tool_call("add", {"amount": 7})),
             tool_calls(tool_call("add", {"amount": 3})),
             tool_calls(tool_call("submit")),
-            final_answer("done"),
         ]
     )
     run = run_agent(
@@ -196,7 +195,9 @@ def test_deployed_under_the_controller() -> None:
         system=env.instructions(),
         judge=env.judge,
     )
-    assert run.success and run.turns_used == 4 and env.success
+    # the submit's result ends the episode (no further model call), as in training
+    assert run.success and run.turns_used == 3 and env.success
+    assert len(model.requests) == 3 and run.output == "correct"
     assert [m.kind for m in run.result.mistakes] == ["env_action_failed"]  # as in training
     assert len(run.result.recoveries) == 1
     tool_texts = [m.content for m in run.messages if m.role == "tool"]
@@ -235,7 +236,6 @@ def test_faulty_tools_is_a_tool_env_in_training_and_under_the_controller() -> No
         tool_calls(tool_call("lookup", {"key": "zz"})),
         *(tool_calls(tool_call("lookup", {"key": k})) for k in deployed.chain),
         tool_calls(tool_call("answer", {"value": deployed.answer})),
-        final_answer("The answer is in."),
     ]
     run = run_agent(
         ScriptedModel(script),
