@@ -415,6 +415,7 @@ class Trainer:
             self.config.env_kwargs,
             notice_format=self.settings.notice_format,
             notice_placement=self.settings.notice_placement,
+            tool_call_format=self.codec.template.tool_call_format,  # the parser trained with
         )
         return publish_directory(staged, d)
 
