@@ -85,6 +85,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_registered_name_is_accepted() -> None:
     assert set(ENVIRONMENTS) == {
         "echo",
+        "fault-chain-compact",
         "faulty-tools-compact",
         "faulty_tools",
         "frozenlake",
@@ -123,7 +124,7 @@ def test_module_class_and_factory(user_module: Path) -> None:
         ("user_envs:NotAnEnv", "is not an environment: it has no instructions, step or call_tool"),
         ("user_envs:NUMBER", "is a int, not an environment class or factory"),
         ("user_envs:", "expected module:attribute"),
-        ("chess", "unknown environment 'chess'; known: echo, faulty-tools-compact, faulty_tools"),
+        ("chess", "unknown environment 'chess'; known: echo, fault-chain-compact, faulty-tools"),
     ],
 )
 def test_resolution_errors_name_the_problem(user_module: Path, ref: str, message: str) -> None:

@@ -21,9 +21,15 @@ reaching a success state; a value is a success probability.
   ``e`` the agent takes a uniformly random *other* action. The result is again
   a :class:`TabularMDP`, so the optima above become the optima *for an agent
   that errs at rate e* (its intentions are chosen knowing it errs).
+* :func:`taken_action_values` -- ``(V_e, Q)`` for grading an agent that errs
+  at ``e``: ``V_e`` the optimum for that agent, ``Q[k][s][a]`` the value of
+  *taking* ``a`` (no error on this step) and then continuing as that optimum.
+  Its argmax is the optimum's intended action (for ``e < (A - 1) / A``).
 * :func:`turns_left_success_curve` / :func:`elapsed_success_curve` -- exact
   success within ``T = 0..H`` turns of a given policy (indexed by turns left,
   or by turns used; a stationary policy is one row).
+* :func:`fastest_best` -- the best action with ties broken toward the fastest
+  (the best discounted value): with slack, wasting a turn ties with acting.
 * :func:`discounted_values`, :func:`no_limit_success`, :func:`find_ceiling` --
   the discounted greedy policy (the oracles' stationary baseline), the success
   with no turn limit and the ceiling (smallest T reaching a share of it).
@@ -56,9 +62,11 @@ __all__ = [
     "discounted_values",
     "elapsed_success_curve",
     "error_transitions",
+    "fastest_best",
     "find_ceiling",
     "finite_horizon_values",
     "no_limit_success",
+    "taken_action_values",
     "turns_left_success_curve",
 ]
 
@@ -173,6 +181,27 @@ def finite_horizon_values(mdp: TabularMDP, horizon: int) -> tuple[FloatArray, Fl
         q[t][mdp.terminal] = mdp.success[mdp.terminal, None]
         v[t] = q[t].max(axis=1)
     return v, q
+
+
+def taken_action_values(
+    mdp: TabularMDP, error_rate: float, horizon: int
+) -> tuple[FloatArray, FloatArray]:
+    """``(V_e, Q)``: the optimum for an agent erring at ``error_rate`` and the value of
+    taking each action now, then continuing as that optimum (see the module notes).
+
+    With ``error_rate = 0`` this is :func:`finite_horizon_values`.
+
+    Raises:
+        ConfigError: a bad ``error_rate`` or ``horizon``.
+    """
+    v, _ = finite_horizon_values(mdp.with_errors(error_rate), horizon)
+    q = (mdp.transitions @ v[:-1].T).transpose(2, 0, 1)  # q[k - 1] = P @ V_e[k - 1]
+    import numpy as np
+
+    out = np.concatenate([np.zeros((1, *q.shape[1:])), q], axis=0)
+    out[0][mdp.success] = 1.0
+    out[:, mdp.terminal] = mdp.success[mdp.terminal, None]
+    return v, out
 
 
 def _check_table(mdp: TabularMDP, actions: Any, rows: int, what: str) -> IntArray:
@@ -329,6 +358,16 @@ def discounted_values(
         if delta < tol:
             break
     return v, np.argmax(mdp.transitions @ v, axis=1)
+
+
+def fastest_best(q: FloatArray, q_fast: FloatArray, *, tol: float = 1e-12) -> IntArray:
+    """Per row of ``q`` (actions on the last axis), the action within ``tol`` of the best
+    with the highest ``q_fast`` (e.g. ``P @ V_gamma`` of :func:`discounted_values`)."""
+    import numpy as np
+
+    optimal = q >= q.max(axis=-1, keepdims=True) - tol
+    best: IntArray = np.where(optimal, q_fast, -np.inf).argmax(axis=-1)
+    return best
 
 
 def no_limit_success(mdp: TabularMDP) -> float:

@@ -8,6 +8,10 @@ table at run time: a new environment is a new row here.
 * ``echo`` -- :class:`~budgetmix.training.toy.EchoEnv` (torch-only CPU demo);
 * ``faulty_tools`` -- :class:`~budgetmix.training.envs.faulty_tools.FaultyToolsEnv`
   (a tool environment: ``lookup``, ``list_keys``, ``answer``);
+* ``fault-chain-compact`` -- issue 29's design,
+  :class:`~budgetmix.training.envs.fault_chain_compact.CompactFaultChain` (a flaky
+  chain where a mistake needs a repair), with the optimum-for-its-error-rate
+  demonstrator (budget-blind unless ``demo_budget_aware``);
 * ``faulty-tools-compact`` -- the experiment's second environment,
   :class:`~budgetmix.training.envs.faulty_tools_compact.CompactFaultyTools` (a chain
   of flaky lookups in one-letter moves), with the exact-optimum demonstrator
@@ -47,6 +51,8 @@ from typing import TYPE_CHECKING, Any
 from budgetmix.environment import Environment, Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.agents import FrozenLakeDemonstrator
+from budgetmix.training.envs.fault_chain_compact import CHAIN_ENV_NAME, CompactFaultChain
+from budgetmix.training.envs.fault_chain_oracle import CHAIN_DEMO_OPTIONS, chain_demo
 from budgetmix.training.envs.faulty_tools import FaultyToolsEnv
 from budgetmix.training.envs.faulty_tools_compact import (
     TOOLS_COMPACT_ENV_NAME,
@@ -167,6 +173,7 @@ ENVIRONMENTS: Mapping[str, EnvSpec] = MappingProxyType(
     {
         "echo": EnvSpec("echo", EchoEnv, _echo_demo),
         "faulty_tools": EnvSpec("faulty_tools", FaultyToolsEnv),
+        CHAIN_ENV_NAME: EnvSpec(CHAIN_ENV_NAME, CompactFaultChain, chain_demo, CHAIN_DEMO_OPTIONS),
         TOOLS_COMPACT_ENV_NAME: EnvSpec(
             TOOLS_COMPACT_ENV_NAME,
             CompactFaultyTools,

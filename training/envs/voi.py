@@ -55,7 +55,7 @@ __all__ = [
 #: The BudgetMix fractions of the ceiling (the experiments' budgets).
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 #: Keyword arguments only the SFT demonstrator reads (ignored by the exact models).
-_DEMO_OPTIONS = frozenset({"demo_gamma", "demo_budget_aware"})
+_DEMO_OPTIONS = frozenset({"demo_gamma", "demo_budget_aware", "demo_ceiling"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,10 +106,24 @@ def _tools(kwargs: Mapping[str, Any]) -> ExactModel:
     )
 
 
+def _chain(kwargs: Mapping[str, Any]) -> ExactModel:
+    from budgetmix.training.envs.fault_chain_oracle import ChainModel, chain_ceiling
+
+    model = ChainModel(**kwargs)
+    return ExactModel(
+        "fault-chain-compact",
+        f"{model.hops}-link chain with repairs, fault_p {model.fault_p}, guess_p {model.guess_p}",
+        model.mdp,
+        lambda e: chain_ceiling(model, e),
+        "at the error rate",
+    )
+
+
 #: Registered compact environment -> builder of its exact model from the env's kwargs.
 EXACT_MODELS: dict[str, Callable[[Mapping[str, Any]], ExactModel]] = {
     "frozenlake-compact": _frozenlake,
     "faulty-tools-compact": _tools,
+    "fault-chain-compact": _chain,
 }
 
 

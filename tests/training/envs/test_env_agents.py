@@ -107,6 +107,7 @@ def test_oracles_refuse_other_envs() -> None:
 def test_registry() -> None:
     assert set(ENVIRONMENTS) == {
         "echo",
+        "fault-chain-compact",
         "faulty-tools-compact",
         "faulty_tools",
         "frozenlake",
@@ -119,7 +120,8 @@ def test_registry() -> None:
     assert make_env("faulty_tools", hops=1).name == "faulty_tools"
     with pytest.raises(
         ConfigError,
-        match="echo, faulty-tools-compact, faulty_tools, frozenlake, frozenlake-compact, "
+        match="echo, fault-chain-compact, faulty-tools-compact, faulty_tools, frozenlake, "
+        "frozenlake-compact, "
         "frozenlake-tools",
     ):
         make_env("sokoban")
