@@ -99,11 +99,25 @@ class TemplateStabilityError(ConfigError):
     on this episode's layout), so token-in/token-out cannot follow it."""
 
 
-_REMEDY = (
-    "use a prefix-stable training variant of the template for training and deployment "
-    "(ChatCodec(tokenizer, chat_template=...) and LocalChatModel(..., chat_template=...), "
-    "e.g. TRL's qwen3_training.jinja for Qwen3), or tool-role observations; see docs/layout.md"
+_VARIANT = (
+    "train with a prefix-stable training variant of the template, TrainConfig(chat_template="
+    "FILE) or budgetmix train --chat-template FILE (e.g. TRL's qwen3_training.jinja for "
+    "Qwen3; the checkpoint keeps it, so serving uses it too)"
 )
+
+
+def _remedy(rows: Rows) -> str:
+    """The way out for this episode: what its layout does not use yet."""
+    if any(r.get("role") == "tool" for r in rows):
+        return (
+            f"tool-role observations are already in use, so what is left: {_VARIANT}, or "
+            "replies that each open with a non-empty <think> block (Qwen3's template drops "
+            "an empty one of an earlier reply); see docs/layout.md"
+        )
+    return (
+        f"{_VARIANT}, or tool-role observations (a ToolEnv) with replies that reason; "
+        "see docs/layout.md"
+    )
 
 
 def _first_difference(a: str, b: str) -> int:
@@ -216,7 +230,8 @@ class ChatCodec:
         if not before.startswith(prompt_text) or cut < len(prompt_text) + len(eot):
             raise TemplateStabilityError(
                 f"chat template: the assistant turn does not follow its generation prompt "
-                f"(text differs at character {_first_difference(before, prompt_text)}); {_REMEDY}"
+                f"(text differs at character {_first_difference(before, prompt_text)}); "
+                f"{_remedy(messages)}"
             )
         after = self.render([*messages, *new_messages], generation_prompt=True, tools=tools)
         if after[:cut] != before[:cut]:
@@ -224,7 +239,8 @@ class ChatCodec:
             raise TemplateStabilityError(
                 "chat template is not prefix-stable on this episode: adding the environment's "
                 f"messages re-renders earlier turns (first difference at character {at}: "
-                f"{before[at : at + 40]!r} became {after[at : at + 40]!r}); {_REMEDY}"
+                f"{before[at : at + 40]!r} became {after[at : at + 40]!r}); "
+                f"{_remedy([*messages, *new_messages])}"
             )
         return after, self.encode(after[cut:])
 

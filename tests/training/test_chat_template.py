@@ -123,8 +123,9 @@ def test_qwen3_official_template_is_refused_where_it_rewrites_turns(qwen: Any) -
     codec = _qwen3_codec(qwen)
     gen = ScriptedGenerator(_echo_agent, codec)
     # user-role observations: Qwen3 drops the <think> block of the earlier reply
-    with pytest.raises(TemplateStabilityError, match=r"not prefix-stable.*qwen3_training"):
+    with pytest.raises(TemplateStabilityError, match=r"not prefix-stable.*qwen3_training") as e:
         run_rollouts([_spec(_echo3)], gen, codec, STRICT)
+    assert "or tool-role observations (a ToolEnv)" in str(e.value)  # not in use here
 
 
 def _thinking_lookup(req: GenerationRequest) -> dict[str, Any]:
@@ -163,8 +164,12 @@ def test_qwen3_empty_reasoning_is_detected_on_the_real_episode(qwen: Any) -> Non
         return {**reply, "content": ""} if reply.get("tool_calls") else reply
 
     gen = ScriptedGenerator(no_reasoning, codec)
-    with pytest.raises(TemplateStabilityError, match="re-renders earlier turns"):
+    with pytest.raises(TemplateStabilityError, match="re-renders earlier turns") as refused:
         run_rollouts([_spec(LookupEnv)], gen, codec, STRICT)
+    # the hint names what is left on this layout, not the tool-role observations it uses
+    hint = str(refused.value).split("; ", 1)[1]
+    assert "already in use" in hint and "or tool-role observations" not in hint
+    assert "--chat-template" in hint and "non-empty <think>" in hint
 
 
 def test_a_prefix_stable_training_variant_is_the_documented_path(qwen: Any) -> None:

@@ -31,8 +31,10 @@ A user's environment needs no row: :func:`resolve_env` (what ``TrainConfig.env``
 the name of an entry point in the group ``budgetmix.environments`` (a package
 declares ``[project.entry-points."budgetmix.environments"] myenv = "mypkg.envs:MyEnv"``),
 or ``module:attribute`` naming an environment class or a factory that returns one
-(``mypkg.envs:MyEnv``; the module is imported as ``import`` would, so the current
-directory of a ``python -m`` / ``accelerate launch -m`` run counts). The class (or
+(``mypkg.envs:MyEnv``; the module is imported as ``import`` would, and a module
+found nowhere on ``sys.path`` is looked for in the current directory, which then goes
+first on ``sys.path`` as ``python -m`` puts it there: ``budgetmix train --env
+user_env:Counter`` finds ``./user_env.py``). The class (or
 factory) may carry a ``demonstrator`` attribute, ``(env_kwargs, error_rate, seed) ->
 DemoAgent``, for SFT from a scripted demonstrator.
 """
@@ -43,6 +45,8 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -225,12 +229,32 @@ def _entry_point(name: str) -> importlib.metadata.EntryPoint | None:
     return next(iter(found), None)
 
 
+def _import_user_module(module_name: str) -> Any:
+    """Import ``module_name``; when its top-level package is found nowhere on
+    ``sys.path``, put the current directory first on it (as ``python -m`` does) and try
+    again. A console script such as ``budgetmix`` does not have it there."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        top = module_name.split(".", 1)[0]
+        if exc.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.insert(0, here)
+        importlib.invalidate_caches()
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            sys.path.remove(here)  # not here either: leave the path as it was
+            raise
+
+
 def _import_target(ref: str) -> object:
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"env: expected module:attribute, got {ref!r}")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_user_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigError(f"env: {ref!r}: module {exc.name or module_name!r} not found") from exc
     except Exception as exc:  # a user's module may fail in any way while importing
