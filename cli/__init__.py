@@ -31,6 +31,11 @@ __all__ = ["main"]
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("budgetmix.cli.demo", "demo_main", "run the main job on embedded defaults"),
     "eval": ("budgetmix.cli.eval", "eval_main", "evaluate an agent on a Pass@(K,T) grid"),
+    "eval-merge": (
+        "budgetmix.cli.eval_merge",
+        "eval_merge_main",
+        "merge the results shards of one evaluation run",
+    ),
     "report": (
         "budgetmix.cli.report",
         "report_main",

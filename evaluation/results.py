@@ -4,8 +4,9 @@ File layout (append-only, one JSON object per line):
 
 * line 1, ``{"type": "header", "schema": 1, "fingerprint": ..., "identity": {...}}``:
   the fingerprint is a SHA-256 of ``identity`` (environment, agent, notice,
-  seeds, fault injection — what makes an episode what it is). Resuming with
-  another identity is refused.
+  seeds, fault injection — what makes an episode what it is). Writing to a file
+  of another identity is refused (start afresh with ``overwrite``, ``budgetmix eval
+  --overwrite``); the same identity resumes.
 * ``{"type": "run", ...}``: one per invocation, with its grid (budgets, K, tasks).
   The grid may grow between invocations; only missing episodes run.
 * ``{"type": "episode", ...}``: one per finished episode, written and flushed as
@@ -13,6 +14,11 @@ File layout (append-only, one JSON object per line):
 
 A line cut short by a crash is skipped when reading, and a newline is added
 before appending again, so nothing written before the crash is lost.
+
+Shards (one run's grid split over several files or machines, each with the run's
+identity) are read together with :func:`read_shards` and merged into one file with
+:func:`merge_results` (``budgetmix eval-merge``); both refuse files of different
+fingerprints, and so does :func:`read_results` for shard files concatenated into one.
 """
 
 from __future__ import annotations
@@ -27,14 +33,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from budgetmix.exceptions import ConfigError
+from budgetmix.telemetry.redaction import redact_data
 
 __all__ = [
     "SCHEMA_VERSION",
     "EpisodeRecord",
+    "EvalRun",
     "ResultsFile",
     "ResultsWriter",
     "fingerprint",
+    "merge_results",
     "read_results",
+    "read_shards",
 ]
 
 SCHEMA_VERSION = 1
@@ -112,6 +122,27 @@ class EpisodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class EvalRun:
+    """What one :meth:`Evaluator.run` did.
+
+    ``records`` holds every record of the requested grid (earlier ones included).
+    ``env_steps`` counts environment steps executed now; ``env_steps_separate`` is
+    the sum of ``env_calls`` over the records produced now, i.e. what running every
+    budget separately would have cost (the saving of prefix sharing is the difference).
+    """
+
+    path: Path
+    records: tuple[EpisodeRecord, ...]
+    live_episodes: int
+    derived_records: int
+    skipped: int
+    env_steps: int
+    env_steps_separate: int
+    elapsed_s: float
+    sees_budget: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ResultsFile:
     """What a results file holds: header, run lines and records (first per key wins)."""
 
@@ -123,8 +154,12 @@ class ResultsFile:
 def read_results(path: str | os.PathLike[str]) -> ResultsFile:
     """Read a results file, skipping a truncated last line and duplicate keys.
 
+    A later header line (shard files of one run concatenated) must carry the first
+    one's fingerprint.
+
     Raises:
-        ConfigError: the file is missing or has no header line.
+        ConfigError: the file is missing, has no header line, or holds the header of
+            another run (the message names the line and both fingerprints).
     """
     p = Path(path)
     if not p.is_file():
@@ -133,7 +168,7 @@ def read_results(path: str | os.PathLike[str]) -> ResultsFile:
     runs: list[Mapping[str, Any]] = []
     records: dict[tuple[str, int, int], EpisodeRecord] = {}
     with p.open(encoding="utf-8") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, start=1):
             line = line.strip()
             if not line:
                 continue
@@ -144,6 +179,12 @@ def read_results(path: str | os.PathLike[str]) -> ResultsFile:
             kind = obj.get("type") if isinstance(obj, dict) else None
             if kind == "header" and header is None:
                 header = obj
+            elif kind == "header" and header is not None and _other_run(obj, header):
+                raise ConfigError(
+                    f"results file {str(p)!r}, line {number}: the header of another run "
+                    f"(fingerprint {obj.get('fingerprint')} after {header.get('fingerprint')}); "
+                    "files of different runs cannot be read as one"
+                )
             elif kind == "run":
                 runs.append(obj)
             elif kind == "episode":
@@ -154,13 +195,74 @@ def read_results(path: str | os.PathLike[str]) -> ResultsFile:
     return ResultsFile(header=header, runs=tuple(runs), records=tuple(records.values()))
 
 
+def _other_run(header: Mapping[str, Any], first: Mapping[str, Any]) -> bool:
+    return header.get("fingerprint") != first.get("fingerprint")
+
+
+def read_shards(paths: Iterable[str | os.PathLike[str]]) -> ResultsFile:
+    """Read the shard files of one run as one: the first file's header, every run line,
+    the records of all (the first per key wins).
+
+    Raises:
+        ConfigError: no file, or files of different fingerprints (both named), or as
+            :func:`read_results`.
+    """
+    files = [(Path(p), read_results(p)) for p in paths]
+    if not files:
+        raise ConfigError("results shards: no file given")
+    (first, head), *rest = files
+    for path, shard in rest:
+        if _other_run(shard.header, head.header):
+            raise ConfigError(
+                f"results shards {str(first)!r} and {str(path)!r} are of different runs "
+                f"(fingerprints {head.header.get('fingerprint')} and "
+                f"{shard.header.get('fingerprint')}); merge only the shards of one run"
+            )
+    records: dict[tuple[str, int, int], EpisodeRecord] = {}
+    for _, shard in files:
+        for rec in shard.records:
+            records.setdefault(rec.key, rec)
+    runs = tuple(r for _, shard in files for r in shard.runs)
+    return ResultsFile(header=head.header, runs=runs, records=tuple(records.values()))
+
+
+def merge_results(
+    out: str | os.PathLike[str],
+    shards: Iterable[str | os.PathLike[str]],
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Write the shards of one run (:func:`read_shards`) as one results file ``out``:
+    their header, run lines and records (sorted by key); returns its path.
+
+    Raises:
+        ConfigError: as :func:`read_shards`, or ``out`` exists and ``overwrite`` is off.
+    """
+    merged = read_shards(shards)
+    target = Path(out)
+    if target.exists() and not overwrite:
+        raise ConfigError(f"results file {str(target)!r} exists; pass overwrite to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lines = [dict(merged.header), *merged.runs]
+    lines += [{"type": "episode", **r.to_dict()} for r in sorted(merged.records, key=_key)]
+    staged = target.with_name(target.name + ".tmp")
+    staged.write_text("".join(json.dumps(x, sort_keys=True, default=str) + "\n" for x in lines))
+    staged.replace(target)  # whole or not at all
+    return target
+
+
+def _key(record: EpisodeRecord) -> tuple[str, int, int]:
+    return record.key
+
+
 class ResultsWriter:
     """Appends records to a results file; resumes an existing one with the same identity.
 
     Use as a context manager. ``done`` holds the keys already in the file.
 
     Raises:
-        ConfigError: the file exists with another fingerprint (and ``overwrite`` is off).
+        ConfigError: the file exists with another fingerprint (and ``overwrite`` is off);
+            the message names the flag that starts afresh.
     """
 
     def __init__(
@@ -184,8 +286,8 @@ class ResultsWriter:
             if found != self.fingerprint:
                 raise ConfigError(
                     f"results file {str(self.path)!r} was written by another run "
-                    f"(fingerprint {found} != {self.fingerprint}); use another output "
-                    "path or overwrite"
+                    f"(fingerprint {found} != {self.fingerprint}); start afresh with "
+                    "overwrite=True (budgetmix eval --overwrite) or write elsewhere (--out)"
                 )
             self.done = {r.key: r for r in existing.records}
         self._fh: TextIO | None = None
@@ -239,7 +341,7 @@ class ResultsWriter:
     def _write(self, obj: Mapping[str, Any]) -> None:
         if self._fh is None:
             raise ConfigError("ResultsWriter used outside its with-block")
-        self._fh.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
+        self._fh.write(json.dumps(redact_data(obj), sort_keys=True, default=str) + "\n")
         self._fh.flush()
         if self.fsync:
             os.fsync(self._fh.fileno())

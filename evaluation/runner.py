@@ -54,7 +54,7 @@ from budgetmix.environment import (
     Task,
     is_async_agent,
 )
-from budgetmix.evaluation.results import EpisodeRecord, ResultsWriter
+from budgetmix.evaluation.results import EpisodeRecord, EvalRun, ResultsWriter
 from budgetmix.evaluation.trajectory import (
     EpisodeKey,
     Trajectory,
@@ -161,27 +161,6 @@ class EvalConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class EvalRun:
-    """What one :meth:`Evaluator.run` did.
-
-    ``records`` holds every record of the requested grid (earlier ones included).
-    ``env_steps`` counts environment steps executed now; ``env_steps_separate`` is
-    the sum of ``env_calls`` over the records produced now, i.e. what running every
-    budget separately would have cost (the saving of prefix sharing is the difference).
-    """
-
-    path: Path
-    records: tuple[EpisodeRecord, ...]
-    live_episodes: int
-    derived_records: int
-    skipped: int
-    env_steps: int
-    env_steps_separate: int
-    elapsed_s: float
-    sees_budget: bool
-
-
-@dataclass(frozen=True, slots=True)
 class _Unit:
     task: Task
     sample: int
@@ -222,7 +201,8 @@ class Evaluator:
     """Runs ``agent_factory()`` agents on ``tasks`` for every budget and sample.
 
     Raises:
-        ConfigError: no tasks, or duplicate task ids.
+        ConfigError: no tasks, duplicate task ids, or a policy granting a grace turn to
+            an agent trained without one (its ``trained_grace_turn`` is ``False``).
     """
 
     def __init__(
@@ -246,6 +226,13 @@ class Evaluator:
         self._truncation_safe = True
         if config.policy is not None:
             policy_kwargs = build_controller_kwargs(config.policy)
+            grace = policy_kwargs.get("exhaustion") == "grace"
+            if grace and getattr(probe, "trained_grace_turn", None) is False:
+                raise ConfigError(
+                    "policy.exhaustion: 'grace' for an agent trained without a grace turn "
+                    "(training_env.json: grace_turn false); use 'end' or 'raise', or set "
+                    "agent.trained_grace_turn = None to grant one on purpose (docs/layout.md)"
+                )
             self._truncation_safe = (
                 policy_kwargs.get("extension") is None
                 and policy_kwargs.get("exhaustion", "end") != "grace"
@@ -314,14 +301,14 @@ class Evaluator:
         counts); ``on_record(record)`` as each record is written.
 
         Raises:
-            ConfigError: the results file belongs to another run identity.
+            ConfigError: the results file belongs to another run identity (the message
+                names ``overwrite``, which starts afresh); the same identity resumes.
             Exception: whatever an agent raised, with ``on_error="raise"``.
         """
         cfg = self.config
         t0 = time.perf_counter()
-        writer = ResultsWriter(
-            results_path, cfg.run_identity(self.sees_budget), overwrite=overwrite
-        )
+        identity = cfg.run_identity(self.sees_budget)
+        writer = ResultsWriter(results_path, identity, overwrite=overwrite)
         wanted = {
             (t.task_id, b, s) for t in self.tasks for b in cfg.budgets for s in range(cfg.samples)
         }
