@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from budgetmix.adapters._deadlines import abounded, bounded, watch_sdk_client
 from budgetmix.adapters._openai_helpers import (
     AsyncRawResponses,
     HelperResource,
@@ -62,6 +63,7 @@ class Endpoint:
 
     def __init__(self, owner: ClientWrapper, kind: WireKind, sdk: Any, raw: Any) -> None:
         self._owner, self._kind, self._sdk, self._raw = owner, kind, sdk, raw
+        watch_sdk_client(raw)  # a whole body is read within the episode's deadlines
 
     def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
         ep = resolve_episode(self._owner._target)
@@ -149,7 +151,8 @@ class SyncEndpoint(Endpoint):
         return RawResponses(self)
 
     def _send(self, req: TurnRequest, method: Callable[..., Any]) -> Any:
-        return req.turn.call(partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep)
+        call = bounded(req.episode, partial(method, **req.sdk_kwargs()))
+        return req.turn.call(call, sleep=self._owner._sleep)
 
     def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
         req = self._start(kwargs)
@@ -185,7 +188,8 @@ class AsyncEndpoint(Endpoint):
         return AsyncRawResponses(self)
 
     async def _send(self, req: TurnRequest, method: Callable[..., Awaitable[Any]]) -> Any:
-        return await req.turn.acall(partial(method, **req.sdk_kwargs()), sleep=self._owner._sleep)
+        call = abounded(req.episode, partial(method, **req.sdk_kwargs()))
+        return await req.turn.acall(call, sleep=self._owner._sleep)
 
     async def _raw_call(self, name: str, kwargs: dict[str, Any]) -> Any:
         req = self._start(kwargs)

@@ -25,6 +25,7 @@ __all__ = [
     "EventStreamDecoder",
     "limit_error",
     "read_json",
+    "unreadable_event",
 ]
 
 #: Default cap on one server-sent event (its data lines together), in bytes.
@@ -55,6 +56,11 @@ def limit_error(what: str, name: str, limit: int) -> ResponseFormatError:
         f"the provider's response could not be read: {what} is over {name}={limit} bytes; "
         f"pass a larger {name} to BudgetTransport / AsyncBudgetTransport to accept it"
     )
+
+
+def unreadable_event(why: str) -> ResponseFormatError:
+    """The error for a streamed event that cannot be read (``why``: what it has)."""
+    return ResponseFormatError(f"the provider's response could not be read: a streamed event {why}")
 
 
 class EventStreamDecoder:
@@ -127,8 +133,13 @@ class EventStreamDecoder:
                 value = line[5:]
             elif line == b"data":
                 value = b""
-            else:
-                continue  # a comment (":..."), "event:", "id:", "retry:": nothing for the budget
+            else:  # a comment (":..."), "event:", "id:", "retry:": nothing for the budget,
+                if not line.isascii():  # but the client decodes it as UTF-8 too
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise unreadable_event("has a line that is not UTF-8") from None
+                continue
             self._event += len(value)
             if self._event > self.max_event:
                 raise limit_error("one event", "max_event_bytes", self.max_event)

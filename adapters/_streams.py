@@ -23,7 +23,10 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, It
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from budgetmix.adapters._sse import EventStreamDecoder, limit_error, read_json
+from budgetmix.adapters._deadlines import ReadDeadline, socket_of
+from budgetmix.adapters._sse import EventStreamDecoder, limit_error, read_json, unreadable_event
+from budgetmix.exceptions import BudgetExhausted, ProviderError
+from budgetmix.telemetry.redaction import redact_log_records
 
 if TYPE_CHECKING:
     from budgetmix.adapters._turn import TurnRequest
@@ -42,6 +45,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+# Both paths (the wrappers' streams and the transport) import this module: from then on
+# the HTTP clients' and provider SDKs' log records are redacted (a URL's query string).
+redact_log_records()
+
 #: ``(exception, the turn's mapped error or None when nothing was recorded)`` -> what to raise
 RaiseAs = Callable[[BaseException, BaseException | None], BaseException]
 
@@ -52,14 +59,18 @@ def mapped_error(exc: BaseException, mapped: BaseException | None) -> BaseExcept
 
 
 class _Sink:
-    """Records a stream's failure once on ``req``'s turn (``None``: the caller records)."""
+    """Records a stream's failure once on ``req``'s turn (``None``: the caller records);
+    ``deadline``: when reading must end (:mod:`budgetmix.adapters._deadlines`)."""
 
-    __slots__ = ("_done", "_raise_as", "_req")
+    __slots__ = ("_done", "_raise_as", "_req", "deadline")
 
-    def __init__(self, req: TurnRequest | None, raise_as: RaiseAs) -> None:
+    def __init__(
+        self, req: TurnRequest | None, raise_as: RaiseAs, deadline: ReadDeadline | None = None
+    ) -> None:
         self._req = req
         self._raise_as = raise_as
         self._done = False
+        self.deadline = deadline
 
     def feed(self, item: Any) -> None:
         """Take one item of the stream (it is handed on unchanged)."""
@@ -75,8 +86,22 @@ class _Sink:
             mapped = self._req.turn.failed(exc)
         return self._raise_as(exc, mapped)
 
+    def cut_off(self, exc: BaseException | None) -> BaseException | None:
+        """The deadline's error when it was due (the I/O error that followed the cut,
+        or a stream that ended after it, becomes it); else ``exc``."""
+        deadline = self.deadline
+        if deadline is None:
+            return exc
+        deadline.done()
+        if deadline.expired is None or isinstance(exc, (BudgetExhausted, ProviderError)):
+            return exc
+        error = deadline.error()
+        error.__cause__ = exc
+        return error
+
     def fail(self, exc: BaseException) -> NoReturn:
         """Record ``exc`` and raise what replaces it (``from exc``), or ``exc`` itself."""
+        exc = self.cut_off(exc) or exc
         raised = self.failed(exc)
         if raised is exc:
             raise exc
@@ -94,8 +119,9 @@ class StreamRecorder(_Sink):
         req: TurnRequest,
         raise_as: RaiseAs = mapped_error,
         after: Callable[[ParsedResponse], None] | None = None,
+        deadline: ReadDeadline | None = None,
     ) -> None:
-        super().__init__(req, raise_as)
+        super().__init__(req, raise_as, deadline)
         self._acc = req.accumulator()
         self._after = after
 
@@ -125,23 +151,29 @@ class EventStreamTap(StreamRecorder):
         decoder: EventStreamDecoder,
         raise_as: RaiseAs,
         after: Callable[[ParsedResponse], None] | None = None,
+        deadline: ReadDeadline | None = None,
     ) -> None:
-        super().__init__(req, raise_as, after)
+        super().__init__(req, raise_as, after, deadline)
         self._decoder = decoder
 
     def feed(self, item: bytes) -> None:
-        """Read a chunk of the body.
+        """Read a chunk of the body, before the client sees it.
 
         Raises:
-            ResponseFormatError: an event or the body is over its limit.
+            ResponseFormatError: an event or the body is over its limit, or an event's
+                data is not JSON that can be read (bad JSON, bad UTF-8, nested too deep):
+                the client's own parser would raise its raw error on it.
         """
         for data in self._decoder.feed(item):
             if not data or data == b"[DONE]":
                 continue
             try:
                 event = read_json(data)
-            except (ValueError, RecursionError):
-                continue  # not JSON we can read: nothing for the budget in it
+            except RecursionError:
+                raise unreadable_event("has data nested too deep to read") from None
+            except ValueError as exc:
+                why = f"has data that is not JSON ({type(exc).__name__})"
+                raise unreadable_event(why) from None
             self._acc.feed(event)
 
 
@@ -150,8 +182,14 @@ class BodyLimitTap(_Sink):
 
     __slots__ = ("_limit", "_size")
 
-    def __init__(self, req: TurnRequest | None, max_body_bytes: int, raise_as: RaiseAs) -> None:
-        super().__init__(req, raise_as)
+    def __init__(
+        self,
+        req: TurnRequest | None,
+        max_body_bytes: int,
+        raise_as: RaiseAs,
+        deadline: ReadDeadline | None = None,
+    ) -> None:
+        super().__init__(req, raise_as, deadline)
         self._limit = max_body_bytes
         self._size = 0
 
@@ -168,25 +206,45 @@ class BodyLimitTap(_Sink):
 
 # -- drivers ---------------------------------------------------------------------------
 def relay(inner: Iterable[T], sink: _Sink) -> Iterator[T]:
-    """Every item of ``inner``, handed to ``sink`` and on, unchanged."""
+    """Every item of ``inner``, handed to ``sink`` and on, unchanged; within the sink's
+    read deadline, if it has one."""
+    deadline = sink.deadline
     try:
         for item in inner:
+            if deadline is not None:
+                deadline.touch()
             sink.feed(item)
             yield item
     except Exception as exc:
         sink.fail(exc)
-    sink.finish()
+    _ended(sink)
 
 
 async def arelay(inner: AsyncIterable[T], sink: _Sink) -> AsyncIterator[T]:
     """The async twin of :func:`relay`."""
+    deadline = sink.deadline
     try:
         async for item in inner:
+            if deadline is not None:
+                deadline.touch()
             sink.feed(item)
             yield item
     except Exception as exc:
         sink.fail(exc)
+    _ended(sink)
+
+
+def _ended(sink: _Sink) -> None:
+    """The stream ended: a cut-off one fails with the deadline's error, else it is recorded."""
+    cut = sink.cut_off(None)
+    if cut is not None:
+        sink.fail(cut)
     sink.finish()
+
+
+def wrapper_deadline(stream: Any, req: TurnRequest) -> ReadDeadline:
+    """The read deadline of an SDK stream (its ``.response`` is the httpx response)."""
+    return ReadDeadline(req.episode, sock=socket_of(getattr(stream, "response", None)))
 
 
 class RecordingStream:
@@ -196,7 +254,7 @@ class RecordingStream:
 
     def __init__(self, inner: Any, req: TurnRequest) -> None:
         self._inner = inner
-        self._recorder = StreamRecorder(req)
+        self._recorder = StreamRecorder(req, deadline=wrapper_deadline(inner, req))
         self._it = relay(iter(inner), self._recorder)
 
     def __iter__(self) -> RecordingStream:
@@ -229,7 +287,7 @@ class AsyncRecordingStream:
 
     def __init__(self, inner: Any, req: TurnRequest) -> None:
         self._inner = inner
-        self._recorder = StreamRecorder(req)
+        self._recorder = StreamRecorder(req, deadline=wrapper_deadline(inner, req))
         self._it = arelay(inner.__aiter__(), self._recorder)
 
     def __aiter__(self) -> AsyncRecordingStream:

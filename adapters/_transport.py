@@ -19,8 +19,14 @@ from functools import partial
 from types import ModuleType
 from typing import Any, Literal
 
-from budgetmix._validate import check_int
+from budgetmix._validate import check_int, check_number
 from budgetmix.adapters._attribution import CONVERSATION_HEADER, Attribution, Unattributed
+from budgetmix.adapters._deadlines import (
+    DEFAULT_READ_IDLE_SECONDS,
+    DEFAULT_READ_TOTAL_SECONDS,
+    ReadDeadline,
+    socket_of,
+)
 from budgetmix.adapters._endpoints import Target
 from budgetmix.adapters._replies import HTTPStatusFailure, refused, sdk_safe
 from budgetmix.adapters._sse import (
@@ -75,8 +81,10 @@ def wire_kind(method: str, path: str) -> WireKind | None:
 
 
 def _sdk_safe(exc: BaseException, mapped: BaseException | None) -> BaseException:
-    # the SDK maps the transport's exception itself; only budgetmix's own must survive it
-    return sdk_safe(exc)
+    # a stream's failure recorded on its turn is raised as what it was recorded as (a
+    # ProviderError: a cut connection mid-stream is no httpx error the SDK lets through);
+    # budgetmix's own errors as the SDKs' error classes too, so they survive the SDK
+    return sdk_safe(mapped if mapped is not None else exc)
 
 
 def lib_of(request: Any) -> ModuleType:
@@ -128,11 +136,19 @@ class TransportCore:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         unattributed: Unattributed = "share",
+        read_idle_seconds: float = DEFAULT_READ_IDLE_SECONDS,
+        read_total_seconds: float = DEFAULT_READ_TOTAL_SECONDS,
     ) -> None:
         if on_exhausted not in ("raise", "respond"):
             raise ConfigError(f"on_exhausted: must be 'raise' or 'respond', got {on_exhausted!r}")
         self.max_event = check_int("max_event_bytes", max_event_bytes, minimum=1)
         self.max_body = check_int("max_body_bytes", max_body_bytes, minimum=1)
+        self.read_idle = check_number(
+            "read_idle_seconds", read_idle_seconds, positive=True, maximum=86_400
+        )
+        self.read_total = check_number(
+            "read_total_seconds", read_total_seconds, positive=True, maximum=86_400
+        )
         self.target = target
         self.attribution = Attribution(target, unattributed)
         self.pricing = pricing if pricing is not None else DEFAULT_PRICING
@@ -247,12 +263,24 @@ class TransportCore:
         raise sdk_safe(exc) from cause
 
     # -- responses ---------------------------------------------------------------------
+    def deadline(self, plan: Plan, response: Any) -> ReadDeadline:
+        """When reading ``response``'s body must end (the episode's wall budget, the idle
+        and total read deadlines); armed now."""
+        return ReadDeadline(
+            plan.req.episode,
+            idle_seconds=self.read_idle,
+            total_seconds=self.read_total,
+            sock=socket_of(response),
+        )
+
     def limit_body(self, plan: Plan, response: Any, *, is_async: bool) -> Any:
-        """Count ``response``'s body against ``max_body_bytes`` as it is read; past the
-        limit reading raises :class:`ResponseFormatError`; ``response`` itself."""
+        """Count ``response``'s body against ``max_body_bytes`` as it is read, within the
+        read deadline; past the limit reading raises :class:`ResponseFormatError`, past
+        the deadline its error; ``response`` itself."""
         sync_tap, async_tap = tap_streams(plan.lib)
         cls = async_tap if is_async else sync_tap
-        response.stream = cls(response.stream, BodyLimitTap(None, self.max_body, _sdk_safe))
+        tap = BodyLimitTap(None, self.max_body, _sdk_safe, self.deadline(plan, response))
+        response.stream = cls(response.stream, tap)
         return response
 
     def within_limit(self, content: bytes) -> bytes:
@@ -282,7 +310,8 @@ class TransportCore:
         sync_tap, async_tap = tap_streams(plan.lib)
         cls = async_tap if is_async else sync_tap
         decoder = EventStreamDecoder(self.max_event, self.max_body)
-        tap = EventStreamTap(plan.req, decoder, _sdk_safe, partial(self._answered, plan))
+        after = partial(self._answered, plan)
+        tap = EventStreamTap(plan.req, decoder, _sdk_safe, after, self.deadline(plan, response))
         headers = [
             (k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"
         ]

@@ -8,6 +8,7 @@ usage, cost and mistakes.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from budgetmix.adapters._wire import (
     accumulator,
     history_key,
 )
-from budgetmix.adapters._wire.common import SEQUENCES
+from budgetmix.adapters._wire.common import SEQUENCES, invalid_usage_estimate
 from budgetmix.events import MistakeKind
 from budgetmix.exceptions import ConfigError
 from budgetmix.genai_content import finish_reason
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from budgetmix.steps import Turn
 
 __all__ = ["MAX_REQUEST_DEPTH", "TurnRequest", "plain_json", "request_problem", "send_as_is"]
+
+_log = logging.getLogger(__name__)
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -370,13 +373,32 @@ class TurnRequest:
         """A stream accumulator for this request's wire kind."""
         return accumulator(self.kind)
 
+    def _charged_usage(self, parsed: ParsedResponse) -> tuple[int, int]:
+        """The input and output tokens to charge: the provider's counts; a usage value
+        that is no count is charged by estimate and said (event and warning)."""
+        turn = self.turn
+        inp, out = parsed.input_tokens, parsed.output_tokens
+        if parsed.usage_invalid:  # never silently 0: charged by an estimate, and said
+            inp, out = invalid_usage_estimate(parsed, self.body)
+            what = "; ".join(parsed.usage_invalid)[:300]
+            attrs = {sc.BM_WIRE: self.kind, sc.BM_USAGE_INVALID: what}
+            turn.add_event(sc.BM_EVENT_USAGE_INVALID, attrs)
+            _log.warning(
+                "budgetmix: the provider's usage is no count (%s); charged %d input and "
+                "%d output tokens by estimate",
+                what,
+                inp,
+                out,
+            )
+        elif inp is None and out is None:
+            turn.add_event(sc.BM_EVENT_USAGE_MISSING, {sc.BM_WIRE: self.kind})
+        return inp or 0, out or 0
+
     def finish(self, parsed: ParsedResponse) -> None:
         """Record usage, cost, finish reasons and the response's mistakes on the turn."""
         turn, ep = self.turn, self.episode
         model = parsed.model or self.model
-        if parsed.input_tokens is None and parsed.output_tokens is None:
-            turn.add_event(sc.BM_EVENT_USAGE_MISSING, {sc.BM_WIRE: self.kind})
-        inp, out = parsed.input_tokens or 0, parsed.output_tokens or 0
+        inp, out = self._charged_usage(parsed)
         read, write = parsed.cache_read_tokens, parsed.cache_write_tokens
         cost = self.pricing.cost(model, inp, out, cache_read=read, cache_write=write) or 0.0
         turn.usage(

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 from budgetmix.adapters._attribution import DEFAULT_CONVERSATION, Unattributed
+from budgetmix.adapters._deadlines import DEFAULT_READ_IDLE_SECONDS, DEFAULT_READ_TOTAL_SECONDS
 from budgetmix.adapters._endpoints import Target
 from budgetmix.adapters._sse import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_EVENT_BYTES
 from budgetmix.adapters._transport import (
@@ -123,6 +124,8 @@ class _Transport(Generic[SleepT]):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         unattributed: Unattributed = "share",
+        read_idle_seconds: float = DEFAULT_READ_IDLE_SECONDS,
+        read_total_seconds: float = DEFAULT_READ_TOTAL_SECONDS,
     ) -> None:
         self._inner = inner
         self._default_inner: dict[str, Any] = {}  # by library: httpx, httpx2
@@ -134,6 +137,8 @@ class _Transport(Generic[SleepT]):
             max_event_bytes=max_event_bytes,
             max_body_bytes=max_body_bytes,
             unattributed=unattributed,
+            read_idle_seconds=read_idle_seconds,
+            read_total_seconds=read_total_seconds,
         )
 
     def _inner_for(self, request: Any, name: str) -> Any:
@@ -188,10 +193,19 @@ class BudgetTransport(_Transport[SyncSleep], httpx.BaseTransport, _Httpx2Base):
             to an episode does: ``"share"`` the transport's own conversation
             (:data:`DEFAULT_CONVERSATION`, with a warning) or ``"refuse"`` (a
             :class:`~budgetmix.ConfigError`, nothing sent).
+        read_idle_seconds: the most seconds between two chunks of a response body
+            (default 60), however the client's own read timeout is set.
+        read_total_seconds: the most seconds to read one response body, whole or
+            streamed (default 600). A body is also cut off when the episode's wall budget
+            runs out: that raises :class:`~budgetmix.BudgetExhausted` on
+            ``wall_seconds``, the two deadlines a non-retryable
+            :class:`~budgetmix.ProviderError` naming the deadline; either within about
+            a second of the bound, trickling server or not.
 
     Raises:
-        ConfigError: a limit is not a positive int, or ``on_exhausted`` /
-            ``unattributed`` is not one of its values.
+        ConfigError: a limit is not a positive int (a read deadline: not a positive
+            number of at most a day), or ``on_exhausted`` / ``unattributed`` is not one
+            of its values.
     """
 
     def handle_request(self, request: Any) -> Any:

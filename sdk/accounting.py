@@ -23,7 +23,24 @@ from typing import Any, Literal
 from budgetmix import semconv as sc
 from budgetmix._validate import check_bool, check_choice, check_keys, check_names, check_str
 
-__all__ = ["DEFAULT_ACCOUNTING", "TURN_UNITS", "AccountingPolicy"]
+__all__ = [
+    "CHARS_PER_TOKEN_ESTIMATE",
+    "DEFAULT_ACCOUNTING",
+    "TURN_UNITS",
+    "AccountingPolicy",
+    "estimate_tokens",
+]
+
+#: Characters per token of the estimate charged when a provider reports a usage value
+#: that is no count (NaN, an infinity, negative, a fraction, a bool, a string, 2**53 or
+#: more): generous for English text with GPT and Claude tokenizers, so the budget binds.
+CHARS_PER_TOKEN_ESTIMATE = 4
+
+
+def estimate_tokens(chars: int) -> int:
+    """The tokens charged for ``chars`` characters whose usage the provider did not give
+    as a count: ``ceil(chars / CHARS_PER_TOKEN_ESTIMATE)``, at least 1."""
+    return max(1, -(-chars // CHARS_PER_TOKEN_ESTIMATE))
 
 TurnUnit = Literal["response", "tool_call"]
 #: Every turn unit, default first.

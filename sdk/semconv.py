@@ -24,6 +24,7 @@ __all__ = [
     "BM_EVENT_RECOVERY",
     "BM_EVENT_RESPONSE_TRUNCATED",
     "BM_EVENT_RETRY",
+    "BM_EVENT_USAGE_INVALID",
     "BM_EVENT_USAGE_MISSING",
     "BM_EVENT_WARNING",
     "BM_GRACE_TURN",
@@ -45,6 +46,7 @@ __all__ = [
     "BM_STOP_REASON",
     "BM_TOOL_TIMING",
     "BM_TURN",
+    "BM_USAGE_INVALID",
     "BM_WIRE",
     "ERROR_TYPE",
     "GEN_AI_AGENT_ID",
@@ -144,6 +146,9 @@ BM_EVENT_RETRY = "budgetmix.retry"
 BM_EVENT_EARLY_STOP = "budgetmix.early_stop"
 # on a turn's span, from the wrappers and the transport
 BM_EVENT_USAGE_MISSING = "budgetmix.usage_missing"
+#: usage fields that are no count (charged by :func:`budgetmix.accounting.estimate_tokens`)
+BM_EVENT_USAGE_INVALID = "budgetmix.usage_invalid"
+BM_USAGE_INVALID = "budgetmix.usage.invalid"
 BM_EVENT_RESPONSE_TRUNCATED = "budgetmix.response_truncated"
 
 BM_METRIC_EPISODE_TURNS = "budgetmix.episode.turns"

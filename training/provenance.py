@@ -82,7 +82,9 @@ def write_training_env(
         data["grace_turn"] = False
     if tool_call_format is not None:
         data["tool_call_format"] = tool_call_format
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from budgetmix.telemetry.redaction import redact_data  # no credential in a checkpoint
+
+    path.write_text(json.dumps(redact_data(data), indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from budgetmix.adapters.base import ChatMessage, ToolCallRequest, ToolSpec
 from budgetmix.adapters.tools import Tool
 from budgetmix.exceptions import ConfigError
+from budgetmix.telemetry.redaction import redact_data
 
 if TYPE_CHECKING:
     from budgetmix.adapters.chat_template import ChatTemplate
@@ -235,7 +236,7 @@ def write_episodes(path: str | Path, records: Iterable[EpisodeRecord]) -> Path:
     p = Path(path)
     with p.open("a", encoding="utf-8") as f:
         for record in records:
-            f.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+            f.write(json.dumps(redact_data(record.to_dict()), ensure_ascii=False) + "\n")
     return p
 
 

@@ -28,6 +28,7 @@ from budgetmix.adapters._wire.common import (
     reader,
     sse_event,
     tool_result,
+    usage_count,
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
@@ -61,15 +62,20 @@ def read_usage(out: ParsedResponse, usage: Any) -> None:
         return
     out.usage_reported = True
     get = reader(usage)
-    inp = as_count(get(usage, "input_tokens", None))
-    out.cache_read_tokens = as_count(get(usage, "cache_read_input_tokens", None)) or 0
-    out.cache_write_tokens = as_count(get(usage, "cache_creation_input_tokens", None)) or 0
+    inp = usage_count(out, "input_tokens", get(usage, "input_tokens", None))
+    for name in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+        count = usage_count(out, name, get(usage, name, None)) or 0
+        if name == "cache_read_input_tokens":
+            out.cache_read_tokens = count
+        else:
+            out.cache_write_tokens = count
     if inp is not None:
         inp += out.cache_read_tokens + out.cache_write_tokens
-        if inp >= MAX_COUNT:  # three valid counts, one impossible total: not reported
+        if inp >= MAX_COUNT:  # three valid counts, one impossible total: no count either
+            out.usage_invalid.append(f"input_tokens with the cache counts={inp}")
             inp = None
     out.input_tokens = inp
-    out.output_tokens = as_count(get(usage, "output_tokens", None))
+    out.output_tokens = usage_count(out, "output_tokens", get(usage, "output_tokens", None))
 
 
 def read(obj: Any) -> ParsedResponse:
@@ -136,7 +142,8 @@ class StreamReader:
             reason = field(field(event, "delta"), "stop_reason")
             if reason and isinstance(reason, str):
                 out.finish_reasons.append(reason)
-            tokens = as_count(field(field(event, "usage"), "output_tokens"))
+            sent = field(field(event, "usage"), "output_tokens")
+            tokens = usage_count(out, "output_tokens", sent)
             if tokens is not None:
                 out.output_tokens = tokens
 

@@ -27,6 +27,7 @@ from budgetmix.adapters._wire.common import (
     reader,
     sse_event,
     tool_result,
+    usage_count,
 )
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
@@ -64,11 +65,12 @@ def read_usage(out: ParsedResponse, usage: Any, names: tuple[str, str, str] = US
     out.usage_reported = True
     get = reader(usage)
     inp, outp, details_name = names
-    out.input_tokens = as_count(get(usage, inp, None))
-    out.output_tokens = as_count(get(usage, outp, None))
+    out.input_tokens = usage_count(out, inp, get(usage, inp, None))
+    out.output_tokens = usage_count(out, outp, get(usage, outp, None))
     details = get(usage, details_name, None)
     if details is not None:
-        out.cache_read_tokens = as_count(field(details, "cached_tokens")) or 0
+        cached = field(details, "cached_tokens")
+        out.cache_read_tokens = usage_count(out, "cached_tokens", cached) or 0
 
 
 def read(obj: Any, *, choices: int | None = None) -> ParsedResponse:

@@ -30,6 +30,7 @@ __all__ = [
     "as_text",
     "dumps_bounded",
     "field",
+    "invalid_usage_estimate",
     "neutral_response",
     "reader",
     "reads_as_error",
@@ -37,6 +38,7 @@ __all__ = [
     "result_text",
     "sse_event",
     "tool_result",
+    "usage_count",
 ]
 
 
@@ -124,6 +126,39 @@ def as_count(value: Any) -> int | None:
     return value if 0 <= value < MAX_COUNT else None
 
 
+def usage_count(out: ParsedResponse, name: str, value: Any) -> int | None:
+    """A usage field as a count (``None``: not reported). A value that is there but is
+    no count (NaN, an infinity, negative, a fraction, a bool, a string, 2**53 or more)
+    is noted in ``out.usage_invalid`` and counts as not reported."""
+    if value is None:
+        return None
+    count = as_count(value)
+    if count is None:
+        out.usage_invalid.append(f"{name}={repr_bounded(value, 40)}")
+    return count
+
+
+def invalid_usage_estimate(
+    parsed: ParsedResponse, request: Mapping[str, Any]
+) -> tuple[int | None, int | None]:
+    """For a response whose usage held a value that is no count: the input and output
+    tokens to charge, each the provider's where it gave a count, else estimated from the
+    text (:func:`~budgetmix.accounting.estimate_tokens`: the request's JSON, the
+    response's text and tool-call arguments), so that a token budget still binds."""
+    from budgetmix.accounting import estimate_tokens
+
+    inp, out = parsed.input_tokens, parsed.output_tokens
+    if inp is None:
+        try:
+            inp = estimate_tokens(len(json.dumps(request, ensure_ascii=False, default=str)))
+        except (TypeError, ValueError, RecursionError):
+            inp = estimate_tokens(len(repr_bounded(request, 10_000)))
+    if out is None:
+        sent = len(parsed.text) + sum(len(call.arguments) for call in parsed.tool_calls)
+        out = estimate_tokens(sent)
+    return inp, out
+
+
 def repr_bounded(value: Any, size: int = 80) -> str:
     """``repr(value)`` cut to ``size`` characters, safe for values of any depth or size."""
     return _REPR.repr(value)[:size]
@@ -152,6 +187,8 @@ class ParsedResponse:
     cache_read_tokens: int = 0  # of input_tokens: served from the provider's prompt cache
     cache_write_tokens: int = 0  # of input_tokens: written to it
     usage_reported: bool = False
+    #: Usage fields the provider sent that are no count (``"name=value"``).
+    usage_invalid: list[str] = dc_field(default_factory=list)
     model: str | None = None
     finish_reasons: list[str] = dc_field(default_factory=list)
     tool_calls: list[ToolCallRequest] = dc_field(default_factory=list)

@@ -14,8 +14,9 @@ One module per job:
 * :mod:`.processor`: :class:`CountingBatchSpanProcessor`, a batch processor that
   counts what it lost and honours its timeouts;
 * :mod:`.jsonl`: :class:`JsonlSpanExporter` and :func:`read_jsonl_spans`;
-* :mod:`.redaction`: :func:`redact_text`, :func:`redact_content` and
-  :class:`RedactingSpanExporter` (no credential leaves the process);
+* :mod:`.redaction`: :func:`redact_text`, :func:`redact_content`, :func:`redact_data`,
+  :class:`RedactingSpanExporter` and the log redaction (:func:`redact_log_records`,
+  :class:`RedactingLogFilter`): no credential leaves the process;
 * :mod:`.otlp_receiver`: :class:`OTLPReceiver`, a loopback OTLP/HTTP collector for
   tests and examples (the ``otlp`` extra).
 """
@@ -38,9 +39,13 @@ from budgetmix.telemetry.processor import (
 )
 from budgetmix.telemetry.redaction import (
     REDACTED,
+    REDACTED_LOGGERS,
+    RedactingLogFilter,
     RedactingSpanExporter,
     redact_attributes,
     redact_content,
+    redact_data,
+    redact_log_records,
     redact_text,
 )
 
@@ -49,12 +54,14 @@ __all__ = [
     "DEFAULT_MAX_QUEUE_SIZE",
     "DEFAULT_SHUTDOWN_TIMEOUT_S",
     "REDACTED",
+    "REDACTED_LOGGERS",
     "CountingBatchSpanProcessor",
     "ExportStats",
     "ExporterName",
     "JsonlSpanExporter",
     "OTLPReceiver",
     "ReceivedRequest",
+    "RedactingLogFilter",
     "RedactingSpanExporter",
     "TracingHandle",
     "configure_tracing",
@@ -62,6 +69,8 @@ __all__ = [
     "read_jsonl_spans",
     "redact_attributes",
     "redact_content",
+    "redact_data",
+    "redact_log_records",
     "redact_text",
     "span_to_dict",
 ]

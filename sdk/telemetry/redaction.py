@@ -1,11 +1,25 @@
-"""Redaction: no credential ever reaches an exported span, event or log."""
+"""Redaction: no credential ever reaches an exported span, event, log or written file.
+
+:func:`redact_text` sees through the usual wrappings before it matches: percent-encoding
+(``token%3Dsk-...``, ``Bearer%20sk-...``), JSON and Python ``\\u``/``\\x`` escapes
+(``"\\u0073k-..."``), HTML entities (``&#115;k-...``, ``q=1&amp;AKIA...``), nested up to
+three times, and keys glued to a letter or digit (``xsk-proj-...``, ``1AKIA...``) for the
+formats distinctive enough to tell (``sk-ant-``, ``sk-proj-``, a long ``sk-`` key with
+letters and digits, AWS key ids). When a decoded view holds a credential, the text is
+returned decoded, with it masked. Base64 is not decoded: a key inside base64 text (a
+basic-auth header's value aside, which is masked after ``Authorization:``) is not found.
+:func:`redact_log_records` applies it to the records of the HTTP and provider SDK loggers.
+"""
 
 from __future__ import annotations
 
 import functools
+import html
 import json
+import logging
 import math
 import re
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,9 +31,13 @@ from opentelemetry.util.types import Attributes, AttributeValue
 
 __all__ = [
     "REDACTED",
+    "REDACTED_LOGGERS",
+    "RedactingLogFilter",
     "RedactingSpanExporter",
     "redact_attributes",
     "redact_content",
+    "redact_data",
+    "redact_log_records",
     "redact_text",
 ]
 
@@ -56,8 +74,15 @@ _SHAPES = (
     _key_start("(?:AKIA|ASIA|ABIA|ACCA)") + r"[0-9A-Z]{16}",  # AWS access key ids
     _key_start("AIza") + r"[0-9A-Za-z_\-]{30,}",  # Google API keys
 )
-_SHAPE = re.compile("|".join(_SHAPES))
-_SHAPE_PATTERNS = tuple(re.compile(p) for p in _SHAPES)
+# Keys found even glued to a letter or digit: shapes no ordinary word has.
+_GLUED = (
+    r"sk-(?:ant|proj|svcacct|admin)-[A-Za-z0-9_\-]{8,}",
+    r"sk-(?=[A-Za-z0-9]{0,200}?[0-9])(?=[A-Za-z0-9]{0,200}?[A-Za-z])[A-Za-z0-9]{32,}",
+    r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![0-9A-Z])",
+)
+_ALL_SHAPES = (*_SHAPES, *_GLUED)
+_SHAPE = re.compile("|".join(_ALL_SHAPES))
+_SHAPE_PATTERNS = tuple(re.compile(p) for p in _ALL_SHAPES)
 # `name: value` / `name=value` where the name says the value is a credential (an echoed
 # header, a query string, a config dump): only the value is masked. Each name holds one
 # of _LABEL_WORDS, a substring test that spares most text the regex.
@@ -75,10 +100,25 @@ def _has_label(text: str) -> bool:
     return any(word in lowered for word in _LABEL_WORDS) and _LABELLED.search(text) is not None
 
 
-def _needs_masking(text: str) -> bool:
-    """Whether ``text`` holds anything :func:`redact_text` would mask (the common answer
-    is no, and this is the check every exported string goes through)."""
+def _raw_needs_masking(text: str) -> bool:
     return _SHAPE.search(text) is not None or _has_label(text)
+
+
+def _needs_masking(text: str) -> bool:
+    """Whether ``text`` holds anything :func:`redact_text` would mask, as it stands or
+    under up to three layers of encoding (the common answer is no, and this is the check
+    every exported string goes through)."""
+    if _raw_needs_masking(text):
+        return True
+    view = text
+    for _ in range(3):
+        deeper = _decoded(view)
+        if deeper == view:
+            return False
+        view = deeper
+        if _raw_needs_masking(view):
+            return True
+    return False
 
 
 def _masked_spans(text: str) -> list[tuple[int, int]]:
@@ -99,17 +139,33 @@ def _masked_spans(text: str) -> list[tuple[int, int]]:
     return merged
 
 
-def redact_text(text: str) -> str:
-    """``text`` with every credential-shaped substring replaced by :data:`REDACTED`.
+_JSON_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2}))")
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+_ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);?")
 
-    Recognised: OpenAI ``sk-``/``sk-proj-`` and Anthropic ``sk-ant-`` keys, ``Bearer``
-    tokens, AWS access key ids (``AKIA``/``ASIA``), GitHub, Hugging Face, Slack and
-    Google tokens, and the value after a credential name (``Authorization:``,
-    ``x-api-key=``, ``"password": ``). A key counts at a line start, after a tab or
-    any other non-alphanumeric character, and after a JSON or ``repr`` escape
-    (``\\n``, ``\\t``, ``\\u0001``), so text that was already encoded is masked too.
-    """
-    if not _needs_masking(text):
+
+def _unescape_json(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        code = int(m.group(1) or m.group(2), 16)
+        return m.group(0) if 0xD800 <= code <= 0xDFFF else chr(code)  # lone surrogates stay
+
+    return _JSON_ESCAPE.sub(one, text)
+
+
+def _decoded(text: str) -> str:
+    """``text`` with one layer of percent-encoding, JSON escapes and HTML entities undone
+    (each only where the text holds one: the common text is returned as it is)."""
+    if "%" in text and _PERCENT.search(text):
+        text = urllib.parse.unquote(text, errors="surrogateescape")
+    if "\\" in text and _JSON_ESCAPE.search(text):
+        text = _unescape_json(text)
+    if "&" in text and _ENTITY.search(text):
+        text = html.unescape(text)
+    return text
+
+
+def _mask(text: str) -> str:
+    if not _raw_needs_masking(text):
         return text
     parts: list[str] = []
     last = 0
@@ -119,6 +175,31 @@ def redact_text(text: str) -> str:
         last = end
     parts.append(text[last:])
     return "".join(parts)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every credential-shaped substring replaced by :data:`REDACTED`.
+
+    Recognised: OpenAI ``sk-``/``sk-proj-`` and Anthropic ``sk-ant-`` keys, ``Bearer``
+    tokens, AWS access key ids (``AKIA``/``ASIA``), GitHub, Hugging Face, Slack and
+    Google tokens, and the value after a credential name (``Authorization:``,
+    ``x-api-key=``, ``"password": ``). A key counts at a line start, after a tab or
+    any other non-alphanumeric character, and after a JSON or ``repr`` escape
+    (``\\n``, ``\\t``, ``\\u0001``), so text that was already encoded is masked too;
+    the distinctive formats count glued to a letter or digit too. Percent-encoding,
+    ``\\u``/``\\x`` escapes and HTML entities are undone first (up to three layers):
+    where the decoded text holds a credential, it is returned decoded and masked.
+    Base64 is not decoded.
+    """
+    masked = view = _mask(text)
+    for _ in range(3):  # each layer decoded; where one holds a key, that layer, masked
+        deeper = _decoded(view)
+        if deeper == view:
+            break
+        view = deeper
+        if _raw_needs_masking(view):
+            view = masked = _mask(view)
+    return masked
 
 
 def _scrub_value(value: AttributeValue) -> AttributeValue:
@@ -248,6 +329,83 @@ def redact_content(value: object) -> str:
         return json.dumps(_json_ready(value, 0, set()))
     except Exception:  # unreachable for plain JSON data; a guard, not a path
         return f"[unencodable {_type_name(value)}]"
+
+
+def redact_data(value: object) -> object:
+    """``value`` (JSON-like data: what budgetmix writes to files) with every string
+    masked as :func:`redact_text` does and a value under a credential-named key
+    replaced whole; numbers, bools and ``None`` as they are (NaN included), other
+    objects as text. Nesting past 64 levels is cut (``"[too deep]"``). Never raises."""
+    return _data(value, 0)
+
+
+def _data(value: object, depth: int) -> object:
+    if isinstance(value, str):
+        return redact_text(str.__str__(value))
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if not isinstance(value, (dict, list, tuple)):
+        return _text_of(value)
+    if depth >= _MAX_DEPTH:
+        return _TOO_DEEP
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, item in list(dict.items(value)):
+            name = redact_text(key) if isinstance(key, str) else _text_of(key)
+            out[name] = REDACTED if _is_secret_key(name) else _data(item, depth + 1)
+        return out
+    return [_data(item, depth + 1) for item in value]
+
+
+# ---------------------------------------------------------------- log records
+
+#: Loggers whose records are redacted once :func:`redact_log_records` ran (and their
+#: children): the HTTP clients and the provider SDKs, which log URLs and headers.
+REDACTED_LOGGERS = frozenset(
+    {"httpx", "httpx2", "httpcore", "h11", "h2", "urllib3", "requests", "openai", "anthropic"}
+)
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    try:
+        message = record.getMessage()
+    except Exception:  # a record whose arguments do not format: left to logging
+        return
+    masked = redact_text(message)
+    if masked is not message and masked != message:
+        record.msg, record.args = masked, None
+
+
+class RedactingLogFilter(logging.Filter):
+    """A logging filter that masks credentials in every record it sees (attach it to
+    your own handlers to cover any logger); it never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Mask the record's message in place; keep the record."""
+        _redact_record(record)
+        return True
+
+
+_installed: list[bool] = []
+
+
+def redact_log_records() -> None:
+    """Mask credentials in every record of the :data:`REDACTED_LOGGERS` (and their
+    children, such as ``httpx``'s INFO line with a request URL and its query string)
+    from now on; idempotent. budgetmix calls it when a transport or a budgeted client
+    is built. It wraps the log record factory, so it holds wherever the records go."""
+    if _installed:
+        return
+    _installed.append(True)
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if record.name.partition(".")[0] in REDACTED_LOGGERS:
+            _redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
 
 
 class _RedactedSpan(ReadableSpan):

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 from _hostile_values import (
+    INVALID_USAGE,
     KINDS,
     MISTAKES,
     PATHS,
@@ -177,18 +178,23 @@ def good(kind: WireKind) -> tuple[bytes, tuple[int, int]]:
 def test_a_chain_of_hostile_responses_through_the_transport(kind: WireKind, data: Any) -> None:
     turns = data.draw(st.lists(st.booleans(), min_size=1, max_size=3), label="streamed")
     replies: list[tuple[bytes, list[int], bool]] = []
+    readable: list[bool] = []
     expected = [0, 0]
     answered = 1  # the good last one
+    INVALID_USAGE.clear()
     for is_stream in turns:
         if is_stream:
             events = data.draw(STREAM[kind])
             body = sse(events, data.draw(ENDINGS), data.draw(st.lists(st.booleans(), max_size=3)))
+            # an event that cannot be read is a ResponseFormatError, as unstreamed (issue 30)
+            readable.append(all(_readable(encode(e)) for e in events))
             inp, out = streamed(kind, [decoded(e) for e in events])
         else:
             raw = data.draw(WHOLE[kind])
             body, (inp, out) = encode(raw), reported(kind, decoded(raw))
+            readable.append(_readable(body))
         replies.append((body, data.draw(CUTS), is_stream))
-        if is_stream or _readable(body):  # else refused as the wrappers refuse it
+        if readable[-1]:  # else refused as the wrappers refuse it
             answered += 1
             expected[0] += inp
             expected[1] += out
@@ -200,8 +206,9 @@ def test_a_chain_of_hostile_responses_through_the_transport(kind: WireKind, data
     request = {"model": "gpt-4o", "max_tokens": 8, "messages": USER, "tools": TOOLS[kind]}
     with rig.controller.episode() as ep:
         with httpx.Client(transport=BudgetTransport(serve(replies), rig.controller)) as http:
-            for (sent, _, _), streamed_turn in zip(replies, [*turns, False], strict=True):
-                if streamed_turn or _readable(sent):
+            flags = zip([*turns, False], [*readable, True], strict=True)
+            for (sent, _, _), (streamed_turn, ok) in zip(replies, flags, strict=True):
+                if ok:
                     response = http.post(url, json={**request, "stream": streamed_turn})
                     assert response.content == sent  # handed on as it came
                     continue
@@ -273,6 +280,7 @@ def test_a_chain_of_hostile_responses_through_the_sdk_wrappers(
 ) -> None:
     """The SDKs build their models from such bodies without validating them: whatever
     they hand over, the outcome is a response or a budgetmix error, and the ledger holds."""
+    INVALID_USAGE.clear()
     if stream:
         drawn = [data.draw(STREAM[kind]) for _ in range(data.draw(st.integers(1, 2)))]
         sse_type = {"content-type": "text/event-stream"}
@@ -285,6 +293,7 @@ def test_a_chain_of_hostile_responses_through_the_sdk_wrappers(
     rig = make_rig([*replies, Reply.say("ok", input_tokens=5, output_tokens=3)])
     call = _wrapped_call(rig, kind, stream=stream)
     answered, expected = 0, [0, 0]
+    estimated = bool(INVALID_USAGE)  # usage that is no count: charged by estimate (issue 30)
     with rig.controller.episode() as ep:
         for inp, out in totals:
             try:
@@ -295,8 +304,12 @@ def test_a_chain_of_hostile_responses_through_the_sdk_wrappers(
             expected[0] += inp
             expected[1] += out
         assert ep.state.used["turns"] == answered
-        assert ep.state.used["input_tokens"] == expected[0]
-        assert ep.state.used["output_tokens"] == expected[1]
+        if estimated:
+            assert ep.state.used["input_tokens"] >= expected[0]
+            assert ep.state.used["output_tokens"] >= expected[1]
+        else:
+            assert ep.state.used["input_tokens"] == expected[0]
+            assert ep.state.used["output_tokens"] == expected[1]
         before = dict(ep.state.used)
         call(streamed=False)  # the chain goes on; the good turn counts exactly what it reported
         used = ep.state.used
