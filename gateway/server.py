@@ -27,5 +27,7 @@ def serve(config: GatewayConfig, *, log_level: str = "warning") -> None:
         log.warning("budgetmix gateway: fail_open is on: with the store down, requests "
                     "go upstream unbudgeted")  # fmt: skip
     app = Gateway(config)
+    # idle client connections kept past the SDKs' own 5 s, so a client never reuses one
+    # the server is closing (a reset request) as both sides time out together
     uvicorn.run(app, host=config.host, port=config.port, log_level=log_level,
-                access_log=False, lifespan="on")  # fmt: skip
+                access_log=False, lifespan="on", timeout_keep_alive=65)  # fmt: skip

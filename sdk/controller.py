@@ -50,7 +50,7 @@ from budgetmix.policy import (
 )
 from budgetmix.provider_errors import classify_exception
 from budgetmix.retry import Classifier, RetryPolicy
-from budgetmix.stores import LedgerStore, StoredLedger
+from budgetmix.stores import LedgerStore, StoredLedger, is_store
 from opentelemetry import metrics, trace
 
 __all__ = ["BudgetController"]
@@ -194,7 +194,7 @@ class BudgetController:
             raise ConfigError(f"parent must be an Episode, got {type(parent).__name__}")
         if store is None and parent is not None and isinstance(parent.ledger, StoredLedger):
             store = parent.ledger.store
-        if store is not None and not isinstance(store, LedgerStore):
+        if store is not None and not is_store(store):
             raise ConfigError(f"store must be a LedgerStore, got {type(store).__name__}")
         for field, value in (
             ("name", name),

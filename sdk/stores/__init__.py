@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from budgetmix.exceptions import ConfigError
-from budgetmix.stores.base import LedgerRecord, LedgerStore, StoreError, refusal
+from budgetmix.stores.base import LedgerRecord, LedgerStore, StoreError, is_store, refusal
 from budgetmix.stores.ledger import StoredLedger, idempotency_key, new_ledger
 from budgetmix.stores.memory import MemoryStore
 from budgetmix.stores.sqlite import SQLiteStore
@@ -33,6 +33,7 @@ __all__ = [
     "StoreError",
     "StoredLedger",
     "idempotency_key",
+    "is_store",
     "new_ledger",
     "open_store",
     "refusal",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -23,10 +24,18 @@ from budgetmix.accounting import DEFAULT_ACCOUNTING, AccountingPolicy
 from budgetmix.budget import DIMENSIONS, MAX_COST_USD, Budget, check_limit
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Clock, Ledger, LedgerState
-from budgetmix.stores.base import LedgerRecord, LedgerStore, check_key, refusal
+from budgetmix.stores.base import (
+    LedgerRecord,
+    LedgerStore,
+    StoreError,
+    check_key,
+    is_store,
+    refusal,
+)
 
 __all__ = ["StoredLedger", "idempotency_key", "new_ledger"]
 
+log = logging.getLogger("budgetmix")
 _INTEGRAL = frozenset({"turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens"})
 _GATE = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
 _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("bm_charge_key", default=None)
@@ -88,7 +97,7 @@ class StoredLedger(Ledger):
         accounting: AccountingPolicy = DEFAULT_ACCOUNTING,
         clock: Clock = time.monotonic,
     ) -> None:
-        if not isinstance(store, LedgerStore):
+        if not is_store(store):
             raise ConfigError(f"store must be a LedgerStore, got {type(store).__name__}")
         if parent is not None and not (isinstance(parent, StoredLedger) and parent.store is store):
             raise ConfigError("parent: a stored ledger's parent must be stored in the same store")
@@ -120,15 +129,23 @@ class StoredLedger(Ledger):
         left = self.wall_left()
         return left is not None and left <= 0
 
+    def _reread(self) -> None:
+        """Refresh for a snapshot: with the store down, the numbers of its last answer
+        (only a charge must fail closed; a notice or a result may read the last copy)."""
+        with contextlib.suppress(StoreError):
+            self.refresh()
+
     # -- reading: the store's numbers ----------------------------------------------------
     def state(self, *, in_turn: bool = False) -> LedgerState:
-        """Snapshot of this ledger as the store holds it now (wall time read now)."""
-        self.refresh()
+        """Snapshot of this ledger as the store holds it now (wall time read now; the
+        last numbers read when the store cannot be reached)."""
+        self._reread()
         return super().state(in_turn=in_turn)
 
     def counts(self) -> dict[str, float]:
-        """Usage in every dimension, read from the store (wall seconds read now)."""
-        self.refresh()
+        """Usage in every dimension, read from the store (wall seconds read now; the last
+        numbers read when the store cannot be reached)."""
+        self._reread()
         return super().counts()
 
     def blocking_dimension(self) -> str | None:
@@ -147,7 +164,13 @@ class StoredLedger(Ledger):
         return refused
 
     def _add(self, amounts: Mapping[str, float], release: str | None = None) -> None:
-        self._take(self.store.add(self._keys, amounts, release))
+        """Usage or a refund, which come after the request was charged and sent: with the
+        store down they are logged and dropped (a charge is what fails closed; raising
+        here would only hide an answer already paid for)."""
+        try:
+            self._take(self.store.add(self._keys, amounts, release))
+        except StoreError as exc:
+            log.error("budgetmix: %s; not recorded for ledger %s: %s", exc, self.key, amounts)
 
     def try_charge_turn(self, turns: int = 1) -> str | None:
         """Charge ``turns`` turns over the chain in the store, or refuse all of it."""

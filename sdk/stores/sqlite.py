@@ -11,6 +11,7 @@ killed; an operating-system crash may lose the last few.
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import threading
 import time
@@ -56,6 +57,7 @@ class SQLiteStore:
 
     def __init__(self, path: str | Path, *, timeout: float = 30.0) -> None:
         self.path = str(path)
+        self.timeout = timeout
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -67,17 +69,35 @@ class SQLiteStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             for statement in _SCHEMA:
                 self._db.execute(statement)
+            self._db.execute("PRAGMA busy_timeout=0")  # from here the waits are _spin's
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite store {self.path}: {exc}") from exc
         self._charges = 0
 
     # -- one transaction ---------------------------------------------------------------
+    def _spin(self, call: Callable[[], T]) -> T:
+        """``call()``, retried every few hundred microseconds while another process holds
+        the lock it needs (SQLite's own busy handler backs off to 100 ms sleeps, far
+        longer than a charge holds the lock), until ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        pause = 0.0002
+        while True:
+            try:
+                return call()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 1.5, 0.005)
+
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction (rolled back on error)."""
         with self._lock:
             db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
+                self._spin(lambda: db.execute("BEGIN IMMEDIATE"))
                 try:
                     out = body(db)
                 except BaseException:
@@ -148,9 +168,11 @@ class SQLiteStore:
         """See :meth:`LedgerStore.read`."""
         with self._lock:
             try:
-                row = self._db.execute(
-                    "SELECT limits, used FROM ledgers WHERE key = ?", (key,)
-                ).fetchone()
+                row = self._spin(
+                    lambda: self._db.execute(
+                        "SELECT limits, used FROM ledgers WHERE key = ?", (key,)
+                    ).fetchone()
+                )
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite store {self.path}: {exc}") from exc
         return None if row is None else LedgerRecord(json.loads(row[0]), json.loads(row[1]))
@@ -220,9 +242,12 @@ class SQLiteStore:
         """See :meth:`LedgerStore.lookup`."""
         with self._lock:
             try:
-                row = self._db.execute(
-                    "SELECT value FROM links WHERE name = ? AND expires > ?", (name, time.time())
-                ).fetchone()
+                row = self._spin(
+                    lambda: self._db.execute(
+                        "SELECT value FROM links WHERE name = ? AND expires > ?",
+                        (name, time.time()),
+                    ).fetchone()
+                )
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite store {self.path}: {exc}") from exc
         return None if row is None else str(row[0])

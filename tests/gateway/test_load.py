@@ -1,0 +1,157 @@
+"""Load and faults, bounded: gateway processes over one store, 200 clients, budgets that
+bind. 0 overspend, 0 lost charges, every client outcome defined; with Redis killed and
+restarted under the load, fail closed (503) and nothing sent upstream unbudgeted.
+
+Each client sends REQUESTS / 200 requests (3 here) in its own conversation, 50 clients per
+tenant: the conversations' 2 turns and the tenants' 80 both bind. The bigger run:
+``BUDGETMIX_LOAD_REQUESTS=10000 pytest tests/gateway/test_load.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+from _servers import GatewayProcess, RedisProcess
+from budgetmix.adapters.testing import FakeLLMServer
+from budgetmix.gateway.scopes import conversation_key, tenant_key, tenant_of
+from budgetmix.stores import open_store
+
+CLIENTS, TENANTS, CONVERSATION_TURNS, TENANT_TURNS, WINDOW = 200, 4, 2, 80, 10**9
+REQUESTS = int(os.environ.get("BUDGETMIX_LOAD_REQUESTS", "600"))
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _config(path: Path, upstream: str, store: str) -> Path:
+    path.write_text(
+        f'upstream = "{upstream}"\nstore = "{store}"\n'
+        f"[conversation]\nturns = {CONVERSATION_TURNS}\n"
+        f"[tenant]\nturns = {TENANT_TURNS}\nwindow_seconds = {WINDOW}\n"
+    )
+    return path
+
+
+async def _drive(urls: list[str], progress: list[int], phase: dict[str, str]) -> Counter[str]:
+    outcomes: Counter[str] = Counter()
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS,
+                          keepalive_expiry=2.0)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+
+        async def client(i: int) -> None:
+            headers = {"authorization": f"Bearer sk-tenant-{i % TENANTS}",
+                       "x-budgetmix-conversation": f"c{i}"}
+            for n in range(REQUESTS // CLIENTS):
+                url = urls[(i + n) % len(urls)] + "/v1/chat/completions"
+                try:
+                    r = await http.post(url, json=BODY, headers=headers)
+                except httpx.HTTPError as exc:
+                    outcomes[f"undefined {type(exc).__name__}"] += 1
+                    progress[0] += 1
+                    continue
+                ok = r.status_code == 200
+                answer = r.json()["choices"][0]["message"]["content"] if ok else ""
+                if r.status_code == 200 and r.headers.get("x-budgetmix-exhausted") == "true":
+                    outcomes["exhausted"] += 1
+                elif answer == "done":
+                    outcomes["answered"] += 1
+                    if phase["now"] == "restarted":
+                        outcomes["answered after the restart"] += 1
+                elif r.status_code == 503 and "budget store" in r.json()["error"]["message"]:
+                    outcomes["store_down"] += 1
+                else:
+                    outcomes[f"undefined {r.status_code}"] += 1
+                progress[0] += 1
+
+        await asyncio.gather(*(client(i) for i in range(CLIENTS)))
+    return outcomes
+
+
+async def _with_fault(urls: list[str], redis: RedisProcess | None) -> Counter[str]:
+    progress, phase = [0], {"now": "up"}
+    load = asyncio.ensure_future(_drive(urls, progress, phase))
+    if redis is not None:  # killed at a third of the load, back after half a second
+        while progress[0] < REQUESTS // 3 and not load.done():
+            await asyncio.sleep(0.01)
+        redis.stop()
+        await asyncio.sleep(0.5)
+        redis.start()
+        phase["now"] = "restarted"
+    return await load
+
+
+def _roomy(fake: FakeLLMServer) -> FakeLLMServer:
+    """The fake upstream with a listen backlog for hundreds of connections (the stdlib's
+    default of 5 drops connections, which then wait out TCP's retry back-off)."""
+    from budgetmix.adapters.testing import fake_server
+
+    fake_server._QuietServer.request_queue_size = 1024
+    return fake
+
+
+def _check(store_url: str, fake: FakeLLMServer, outcomes: Counter[str], processes: int) -> None:
+    store = open_store(store_url)
+    tenants = [tenant_of({"authorization": f"Bearer sk-tenant-{t}"}, None) for t in range(TENANTS)]
+    charged = 0
+    for t, tenant in enumerate(tenants):
+        window = store.read(tenant_key(tenant, WINDOW))
+        assert window is not None
+        convs = [store.read(conversation_key(tenant, f"c{i}"))
+                 for i in range(t, CLIENTS, TENANTS)]
+        used = [c.used["turns"] for c in convs if c is not None]
+        assert max(used) <= CONVERSATION_TURNS  # no conversation overspent
+        assert window.used["turns"] == sum(used) <= TENANT_TURNS  # nor a tenant; all counted
+        charged += int(window.used["turns"])
+    store.close()
+    print("charged", charged, "upstream", len(fake.model_requests()))
+    assert sum(n for k, n in outcomes.items() if "after" not in k) == REQUESTS
+    assert [k for k in outcomes if k.startswith("undefined")] == []
+    # every request that went upstream was answered, and charged: 0 lost charges. A kill
+    # may cut the reply of a charge already applied (a 503, a turn charged, never sent):
+    # at most one per gateway process, whose store calls run one at a time
+    assert outcomes["answered"] == len(fake.model_requests())
+    assert 0 <= charged - outcomes["answered"] <= processes
+
+
+def _run(
+    tmp_path: Path, store_url: str, processes: int, redis: RedisProcess | None
+) -> Counter[str]:
+    with _roomy(FakeLLMServer()) as fake:
+        cfg = _config(tmp_path / "gateway.toml", fake.root_url, store_url)
+        gateways = [GatewayProcess(cfg).start() for _ in range(processes)]
+        try:
+            urls = [g.wait().url for g in gateways]
+            outcomes = asyncio.run(_with_fault(urls, redis))
+        finally:
+            for g in gateways:
+                g.stop()
+        print(outcomes, *(g.log.read_text()[-2000:] for g in gateways), sep="\n")
+        _check(store_url, fake, outcomes, processes)
+    return outcomes
+
+
+def test_two_gateways_on_one_redis_killed_and_restarted_under_load(tmp_path: Path) -> None:
+    redis = RedisProcess(persist_dir=tmp_path).start()
+    try:
+        outcomes = _run(tmp_path, redis.url, 2, redis)
+    finally:
+        redis.stop()
+    assert outcomes["store_down"] > 0  # the fault happened, and was answered 503
+    assert outcomes["answered after the restart"] > 0  # the store came back into use
+    assert outcomes["exhausted"] > 0  # and the budgets still bound
+
+
+def test_four_gateways_on_one_sqlite_file(tmp_path: Path) -> None:
+    outcomes = _run(tmp_path, f"sqlite://{tmp_path}/ledgers.db", 4, None)
+    assert outcomes["store_down"] == 0
+    assert outcomes["answered"] == TENANTS * TENANT_TURNS
+    assert outcomes["exhausted"] == REQUESTS - TENANTS * TENANT_TURNS
+
+
+@pytest.fixture(autouse=True)
+def _enough_requests() -> None:
+    assert REQUESTS // CLIENTS > CONVERSATION_TURNS, "too few requests for the budgets to bind"
+    assert TENANT_TURNS < CONVERSATION_TURNS * CLIENTS // TENANTS
