@@ -110,6 +110,8 @@ def _needs_masking(text: str) -> bool:
     every exported string goes through)."""
     if _raw_needs_masking(text):
         return True
+    if "%" not in text and "&" not in text and "\\" not in text:  # nothing encoded
+        return False
     view = text
     for _ in range(3):
         deeper = _decoded(view)
@@ -141,7 +143,7 @@ def _masked_spans(text: str) -> list[tuple[int, int]]:
 
 _JSON_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2}))")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
-_ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);?")
+_ENTITY = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9A-Fa-f]+;?|[A-Za-z][A-Za-z0-9]*;)")
 
 
 def _unescape_json(text: str) -> str:

@@ -211,3 +211,26 @@ def test_eval_outputs_hold_no_key(tmp_path: Path) -> None:
         writer.write_run({"note": "q=1&amp;" + key})
     text = (tmp_path / "results.jsonl").read_text()
     assert secret_part(key) not in text and '"model": "m"' in text
+
+
+@pytest.mark.parametrize(
+    "encoding", ["percent_label", "json_first_char", "html_amp", "glued_digit"]
+)
+def test_the_span_exporter_masks_encoded_keys(encoding: str) -> None:
+    from budgetmix.telemetry import RedactingSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    key = KEYS["aws_access_key"] if encoding == "html_amp" else KEYS["openai_project"]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(RedactingSpanExporter(memory)))
+    with provider.get_tracer("t").start_as_current_span("chat") as span:
+        span.set_attribute("gen_ai.input.messages", "use " + ENCODINGS[encoding](key))
+        span.add_event("note", {"text": ENCODINGS[encoding](key)})
+    (exported,) = memory.get_finished_spans()
+    seen = json.dumps(dict(exported.attributes or {})) + json.dumps(
+        [dict(e.attributes or {}) for e in exported.events]
+    )
+    assert all(secret_part(key) not in form for form in readable_forms(seen)), seen
