@@ -146,6 +146,9 @@ class _Played:
     mistakes: dict[int, MistakeKind]
     turns: int
     length: bool = False
+    #: the conversation as the loop ended it (a run that a tool result ended has that
+    #: result after the last request): what each turn's observation is read from
+    final: tuple[Mapping[str, Any], ...] = ()
 
 
 class ServerRollouts:
@@ -294,6 +297,10 @@ class ServerRollouts:
             mistakes=mistakes,
             turns=result.turns_used if result is not None else len(slot.exchanges),
             length=result is None,
+            final=tuple(
+                {"role": m.role, "content": m.content}
+                for m in (outcome.messages if isinstance(outcome, AgentRun) else ())
+            ),
         )
 
 
@@ -344,7 +351,7 @@ def _rollout(p: _Played, row: StitchedRow) -> Rollout:
 def _steps(p: _Played) -> list[StepRecord]:
     """One record per turn: the reply, the environment's answer, its reward and label."""
     out = []
-    final = p.slot.exchanges[-1].messages if p.slot.exchanges else ()
+    final = p.final or (p.slot.exchanges[-1].messages if p.slot.exchanges else ())
     answers = _answers(final)
     for turn, ex in enumerate(p.slot.exchanges, start=1):
         mine = [r for t, r in p.results if t == turn]

@@ -170,7 +170,7 @@ def test_a_server_rollout_runs_it_with_the_arguments_the_server_sent() -> None:
     (row,) = driver([spec])
     # one turn: the echo's result ends the episode with the environment's reward
     assert row.termination == "success" and row.reward == 1.0 and row.num_turns == 1
-    assert row.steps[0].label.mistake is None
+    assert row.steps[0].label.mistake is None and row.steps[0].observation == EXPECTED
 
 
 def test_a_tool_that_raises_at_deployment_is_a_tool_error_and_sft_skips_it(
