@@ -9,9 +9,11 @@ cd "$(dirname "$0")/.."
 VENV="${1:-.venv-phoenix}"
 PHOENIX_VERSION="20.26.1"
 if [ -x "$VENV/bin/phoenix" ] && "$VENV/bin/python" -m pip show arize-phoenix 2>/dev/null \
-    | grep -qx "Version: $PHOENIX_VERSION"; then
+    | grep -x "Version: $PHOENIX_VERSION" >/dev/null; then  # not -q: pip must not lose its pipe
+  echo "arize-phoenix $PHOENIX_VERSION already there ($VENV)"
   exit 0
 fi
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "arize-phoenix==$PHOENIX_VERSION"
+echo "installed arize-phoenix $PHOENIX_VERSION ($VENV)"
