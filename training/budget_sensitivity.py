@@ -16,6 +16,17 @@ context is the one a deployed model sees on its first turn):
   with a normal 95% interval from the per-budget binomial variances, and its
   noise floor (1.96 standard errors: what a budget-blind policy scores by chance).
 
+The share of budget-optimal choices has its own noise floor,
+``share_optimal_floor``: 1.96 standard errors of the difference between two
+independent sample sets of the same policy (the policy against itself).
+
+Grade against the right optimum: ``q`` should be the Q-function for the agent's
+*measured* error rate (``frozenlake_q(model, error_rate=e)``, ``tools_q``,
+``chain_q``; see :func:`~budgetmix.training.action_quality.measure_error_rate`).
+An agent that is optimal for its own error rate then scores S = 1, and its
+budget-dependent choices are the ones that pay for it; against the noiseless
+optimum (``error_rate=0``, the published figures) it would score below 1.
+
 Known answers (tested): a budget-blind policy scores 0 within its noise floor;
 the budget-aware oracle scores 1; a policy that is aware on half of its draws
 scores 0.5. Budgets where every action has the same Q (no choice matters) are
@@ -86,12 +97,21 @@ class SensitivityResult:
     noise_floor: float
     share_optimal: float
     cells: tuple[BudgetCell, ...]
+    share_optimal_floor: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (cells as dicts)."""
         out = {k: getattr(self, k) for k in self.__slots__ if k != "cells"}
         out["cells"] = [c.to_dict() for c in self.cells]
         return out
+
+    def format(self) -> str:
+        """S and the optimal share, each beside its noise floor, as one line."""
+        return (
+            f"sensitivity {self.sensitivity:+.2f} [{self.low:+.2f}, {self.high:+.2f}] "
+            f"(noise floor {self.noise_floor:.2f}) for {self.flip_action!r}; optimal choices "
+            f"{self.share_optimal * 100:.1f}% (noise floor {self.share_optimal_floor * 100:.1f}%)"
+        )
 
 
 def start_points(
@@ -222,6 +242,7 @@ def budget_sensitivity(
     pooled = sum(cells[i].probabilities[action] for i in (*yes, *no)) / (len(yes) + len(no))
     blind_var = pooled * (1 - pooled) / n * (1 / len(yes) + 1 / len(no))
     informative = [c for c in cells if not c.tied]
+    share_var = sum(c.share_optimal * (1 - c.share_optimal) / c.samples for c in informative)
     return SensitivityResult(
         state=points[0].state,
         flip_action=action,
@@ -233,4 +254,5 @@ def budget_sensitivity(
         noise_floor=1.96 * math.sqrt(blind_var),
         share_optimal=sum(c.share_optimal for c in informative) / len(informative),
         cells=cells,
+        share_optimal_floor=1.96 * math.sqrt(2 * share_var) / len(informative),
     )

@@ -269,19 +269,36 @@ def run_episodes(
 
 # -- Q-functions ---------------------------------------------------------------------------
 def frozenlake_q(
-    model: FrozenLakeModel, *, parse: Callable[[str], int | None] = parse_move
+    model: FrozenLakeModel,
+    *,
+    parse: Callable[[str], int | None] = parse_move,
+    error_rate: float = 0.0,
 ) -> QFunction:
     """Exact ``Q[turns_remaining][cell][action]`` from finite-horizon value iteration.
 
-    An unparseable action leaves the agent in place and uses the turn, so its
-    value is ``V[turns_remaining - 1][cell]``. ``point.state`` must be the cell index.
+    ``error_rate`` grades against the optimum *for an agent that errs at that rate*
+    (a random other move): ``Q`` is the success of taking the move, then playing
+    that optimum (:func:`~budgetmix.training.envs.mdp.taken_action_values`); the
+    default 0 is the noiseless optimum (the published figures). An unparseable
+    action leaves the agent in place and uses the turn, so its value is
+    ``V[turns_remaining - 1][cell]``. ``point.state`` must be the cell index.
+
+    Raises:
+        ConfigError: ``error_rate`` outside ``[0, 1]``.
     """
+    from budgetmix._validate import check_between
+    from budgetmix.training.envs.mdp import taken_action_values
+
+    check_between("error_rate", error_rate, 0, 1)
     tables: dict[str, Any] = {}
 
     def q(point: DecisionPoint, action: str) -> float:
         k = point.turns_remaining
         if "q" not in tables or tables["q"].shape[0] <= k:
-            tables["v"], tables["q"] = finite_horizon_values(model, max(k, 64))
+            if error_rate:
+                tables["v"], tables["q"] = taken_action_values(model.mdp, error_rate, max(k, 64))
+            else:
+                tables["v"], tables["q"] = finite_horizon_values(model, max(k, 64))
         cell = int(point.state)  # type: ignore[call-overload]
         move = parse(action)
         if move is None:

@@ -259,7 +259,8 @@ def chain_q(
 
 class ChainDemonstrator:
     """The SFT demonstrator of ``fault-chain-compact``: the optimum for an agent erring at
-    ``error_rate``, executed with that error rate (a random other move).
+    ``error_rate`` (or at ``plan_error_rate`` when given), executed with ``error_rate``
+    (a random other move).
 
     Budget-aware: ``argmax Q[turns_left][state]`` of that optimum. Budget-blind
     (``budget_blind``): the exact best blind policy over the BudgetMix prior at
@@ -282,9 +283,12 @@ class ChainDemonstrator:
         budget_blind: bool = False,
         ceiling: int | None = None,
         fractions: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
+        plan_error_rate: float | None = None,
     ) -> None:
         check_between("error_rate", error_rate, 0, 1)
         self.error_rate, self.budget_blind = error_rate, budget_blind
+        self.plan = error_rate if plan_error_rate is None else plan_error_rate
+        check_between("plan_error_rate", self.plan, 0, 1)
         self.ceiling, self.fractions = ceiling, tuple(fractions)
         self.rng = random.Random(seed)
         self._aware: dict[ChainModel, _Tables] = {}
@@ -295,10 +299,10 @@ class ChainDemonstrator:
             from budgetmix.policies.samplers import BudgetMix
             from budgetmix.training.envs.mdp import blind_optimum
 
-            top = self.ceiling or chain_ceiling(model, self.error_rate)
+            top = self.ceiling or chain_ceiling(model, self.plan)
             mix = BudgetMix(top, self.fractions)
             budgets = [mix.turns_for(f) for f in mix.fractions]
-            noisy = model.mdp.with_errors(self.error_rate)
+            noisy = model.mdp.with_errors(self.plan)
             self._blind[model] = blind_optimum(noisy, budgets, mix.weights).actions
         return self._blind[model]
 
@@ -308,7 +312,9 @@ class ChainDemonstrator:
         if self.budget_blind:
             table = self._blind_table(model)
             return int(table[min(used, len(table) - 1)][s])
-        tables = self._aware.setdefault(model, _Tables(model, self.error_rate))
+        tables = self._aware.get(model)
+        if tables is None:
+            tables = self._aware[model] = _Tables(model, self.plan)
         return tables.move(max(1, turns_left), s)
 
     def move(self, model: ChainModel, state: tuple[int, int], turns_left: int, used: int) -> str:

@@ -221,19 +221,34 @@ def guess_budgets(model: ToolsModel, horizon: int, *, tol: float = 1e-12) -> tup
 
 
 def tools_q(
-    model: ToolsModel, *, parse: Callable[[str], int | None] = parse_tool_move
+    model: ToolsModel,
+    *,
+    parse: Callable[[str], int | None] = parse_tool_move,
+    error_rate: float = 0.0,
 ) -> Callable[[Any, str], float]:
     """Exact ``Q[turns_remaining][links][action]`` as a diagnostics Q-function.
 
     ``point.state`` is the environment's ``(links, last_call_failed)``; an
     unparseable action spends the turn, so its value is ``V[turns_remaining - 1][links]``.
+    ``error_rate`` grades against the optimum for an agent erring at that rate
+    (taking the move, then playing that optimum); 0, the default, is the noiseless one.
+
+    Raises:
+        ConfigError: ``error_rate`` outside ``[0, 1]``.
     """
+    from budgetmix.training.envs.mdp import taken_action_values
+
+    check_between("error_rate", error_rate, 0, 1)
     tables: dict[str, Any] = {}
 
     def q(point: Any, action: str) -> float:
         k = int(point.turns_remaining)
         if "q" not in tables or len(tables["q"]) <= k:
-            tables["v"], tables["q"] = finite_horizon_values(model, max(k, 64))
+            if error_rate:
+                v, table = taken_action_values(model.mdp, error_rate, max(k, 64))
+                tables["v"], tables["q"] = v.tolist(), table.tolist()
+            else:
+                tables["v"], tables["q"] = finite_horizon_values(model, max(k, 64))
         links = int(point.state[0])
         move = parse(action)
         if move is None:

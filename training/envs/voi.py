@@ -64,7 +64,9 @@ class ExactModel:
 
     ``ceiling_for(e)``: the environment's ceiling for an agent that errs at ``e``
     (its rule: the noiseless ceiling, or the ceiling at ``e``); ``ceiling_rule``
-    says which in words.
+    says which in words. ``q_for(e)``: the diagnostics Q-function that grades a
+    move against the optimum for an agent erring at ``e`` (``Q(point, move)``);
+    ``moves`` the move letters in action-id order and ``parse`` their reader.
     """
 
     name: str
@@ -72,10 +74,14 @@ class ExactModel:
     mdp: TabularMDP
     ceiling_for: Callable[[float], int]
     ceiling_rule: str
+    q_for: Callable[[float], Callable[[Any, str], float]]
+    moves: str
+    parse: Callable[[str], int | None]
 
 
 def _frozenlake(kwargs: Mapping[str, Any]) -> ExactModel:
-    from budgetmix.training.envs.frozenlake_compact import DEMO_MAP
+    from budgetmix.training.diagnostics import frozenlake_q
+    from budgetmix.training.envs.frozenlake_compact import DEMO_MAP, MOVE_LETTERS, parse_move
     from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
     from budgetmix.training.envs.frozenlake_oracle import find_ceiling as map_ceiling
 
@@ -88,11 +94,19 @@ def _frozenlake(kwargs: Mapping[str, Any]) -> ExactModel:
         model.mdp,
         lambda e: ceiling,
         "noiseless",
+        lambda e: frozenlake_q(model, error_rate=e),
+        MOVE_LETTERS,
+        parse_move,
     )
 
 
 def _tools(kwargs: Mapping[str, Any]) -> ExactModel:
-    from budgetmix.training.envs.faulty_tools_oracle import ToolsModel
+    from budgetmix.training.envs.faulty_tools_oracle import (
+        TOOL_MOVES,
+        ToolsModel,
+        parse_tool_move,
+        tools_q,
+    )
     from budgetmix.training.envs.faulty_tools_oracle import find_ceiling as tools_ceiling
 
     model = ToolsModel(**kwargs)
@@ -103,11 +117,20 @@ def _tools(kwargs: Mapping[str, Any]) -> ExactModel:
         model.mdp,
         lambda e: ceiling,
         "noiseless",
+        lambda e: tools_q(model, error_rate=e),
+        TOOL_MOVES,
+        parse_tool_move,
     )
 
 
 def _chain(kwargs: Mapping[str, Any]) -> ExactModel:
-    from budgetmix.training.envs.fault_chain_oracle import ChainModel, chain_ceiling
+    from budgetmix.training.envs.fault_chain_oracle import (
+        CHAIN_MOVES,
+        ChainModel,
+        chain_ceiling,
+        chain_q,
+        parse_chain_move,
+    )
 
     model = ChainModel(**kwargs)
     return ExactModel(
@@ -116,6 +139,9 @@ def _chain(kwargs: Mapping[str, Any]) -> ExactModel:
         model.mdp,
         lambda e: chain_ceiling(model, e),
         "at the error rate",
+        lambda e: chain_q(model, e),
+        CHAIN_MOVES,
+        parse_chain_move,
     )
 
 
