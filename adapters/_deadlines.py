@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from budgetmix.episode import Episode
 from budgetmix.exceptions import BudgetExhausted, ProviderError
@@ -47,8 +47,13 @@ DEFAULT_READ_IDLE_SECONDS = 60.0
 DEFAULT_READ_TOTAL_SECONDS = 600.0
 
 
-def socket_of(response: Any) -> socket.socket | None:
-    """The socket an httpx / httpx2 response is read from, if it has one."""
+class _Socket(Protocol):
+    def shutdown(self, how: int, /) -> None: ...
+
+
+def socket_of(response: Any) -> _Socket | None:
+    """The socket an httpx / httpx2 response is read from, if it has one (a
+    ``socket.socket``, or asyncio's ``TransportSocket`` around one)."""
     extensions = getattr(response, "extensions", None)
     stream = extensions.get("network_stream") if isinstance(extensions, dict) else None
     if stream is None:
@@ -57,7 +62,7 @@ def socket_of(response: Any) -> socket.socket | None:
         sock = stream.get_extra_info("socket")
     except Exception:  # a network stream of another kind
         return None
-    return sock if isinstance(sock, socket.socket) else None
+    return sock if callable(getattr(sock, "shutdown", None)) else None
 
 
 class ReadDeadline:
@@ -71,7 +76,7 @@ class ReadDeadline:
         *,
         idle_seconds: float = DEFAULT_READ_IDLE_SECONDS,
         total_seconds: float = DEFAULT_READ_TOTAL_SECONDS,
-        sock: socket.socket | None = None,
+        sock: _Socket | None = None,
     ) -> None:
         now = time.monotonic()
         self.episode = episode
@@ -135,10 +140,12 @@ class ReadDeadline:
         return ProviderError(f"the provider's response was cut off: {why}", retryable=False)
 
     def done(self) -> None:
-        """The body was read (or given up): nothing more to watch."""
+        """The body was read (or given up): nothing more to watch, and nothing kept (the
+        watchdog may hold this object until it would have been due)."""
         self._sock = None
+        self.episode = None
 
-    def attach(self, sock: socket.socket | None) -> None:
+    def attach(self, sock: _Socket | None) -> None:
         """Watch ``sock`` (a response that arrived during the call) from now on."""
         if sock is None:
             return

@@ -77,6 +77,8 @@ class _Sink:
 
     def finish(self) -> None:
         """The stream ended or was closed (idempotent)."""
+        if self.deadline is not None:
+            self.deadline.done()
 
     def failed(self, exc: BaseException) -> BaseException:
         """Record a failure mid-stream (once); the exception to raise in its place."""
@@ -92,10 +94,11 @@ class _Sink:
         deadline = self.deadline
         if deadline is None:
             return exc
-        deadline.done()
         if deadline.expired is None or isinstance(exc, (BudgetExhausted, ProviderError)):
+            deadline.done()
             return exc
         error = deadline.error()
+        deadline.done()
         error.__cause__ = exc
         return error
 
@@ -131,6 +134,7 @@ class StreamRecorder(_Sink):
 
     def finish(self) -> None:
         """Record what arrived (idempotent)."""
+        super().finish()
         if not self._done and self._req is not None:
             self._done = True
             parsed = self._acc.finish()

@@ -79,7 +79,7 @@ PATHS = {"transport": via_transport, "wrapper": via_wrapper}
 CASES = [("transport", False), ("transport", True), ("wrapper", False), ("wrapper", True)]
 
 
-@pytest.mark.parametrize(("path", "stream"), CASES, ids=["transport", "sse", "wrapper", "wrapper-sse"])
+@pytest.mark.parametrize(("path", "stream"), CASES, ids=["transport", "sse", "wrapper", "w-sse"])
 def test_a_trickle_is_cut_off_when_the_wall_budget_runs_out(path: str, stream: bool) -> None:
     ctl = controller()
     with hostile_server() as server, ctl.episode() as ep:
@@ -169,3 +169,25 @@ def test_a_prompt_body_is_read_as_before() -> None:
         server.script = Script([STREAM, b"data: [DONE]\n\n"], content_type="text/event-stream")
         call(via_transport(server.url, ctl), True)
         assert ep.state.used["turns"] == 2 and not ep.mistakes
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "sse"])
+def test_the_async_wrapper_cuts_a_trickle_off_at_the_wall(stream: bool) -> None:
+    ctl = controller()
+
+    async def run(url: str) -> float:
+        raw = openai.AsyncOpenAI(api_key="t", base_url=url + "/v1", timeout=3.0, max_retries=0)
+        client = budgeted(raw, ctl)
+        with ctl.episode() as ep:
+            bound = time.monotonic() + (ep.ledger.wall_left() or 0.0)
+            with pytest.raises(BudgetExhausted):
+                result = await client.chat.completions.create(**REQUEST, stream=stream)
+                if stream:
+                    async for _ in result:
+                        pass
+            return late_by(bound)
+
+    with hostile_server() as server:
+        server.script = body(stream)
+        late = asyncio.run(run(server.url))
+    assert -0.5 < late < 1.0, f"cut off {late:.2f} s after the wall budget ran out"

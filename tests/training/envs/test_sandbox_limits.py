@@ -1,4 +1,4 @@
-"""Issue 30: bounded ``SandboxLimits``, limits reported as themselves, ``allow_unsafe`` never root."""
+"""Issue 30: bounded ``SandboxLimits``, limits read as themselves, ``allow_unsafe`` never root."""
 
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ def test_every_limit_has_a_ceiling_and_the_error_names_it(name: str, how: str) -
         value: float = ceiling * 1.01 if how == "over" else 1e300
     else:
         value = int(ceiling) + 1 if how == "over" else 10**400
-    with pytest.raises(ConfigError, match=f"SandboxLimits.{name} must be at most"):
+    with pytest.raises(ConfigError, match=rf"SandboxLimits\.{name} must be at most"):
         SandboxLimits(**{name: value})
     SandboxLimits(**{name: int(ceiling) if name != "wall_seconds" else ceiling})  # the ceiling
 
 
 @pytest.mark.parametrize("value", [math.inf, math.nan, -1.0, 0, True])
 def test_wall_seconds_is_a_finite_positive_number(value: float) -> None:
-    with pytest.raises(ConfigError, match="SandboxLimits.wall_seconds"):
+    with pytest.raises(ConfigError, match=r"SandboxLimits\.wall_seconds"):
         SandboxLimits(wall_seconds=value)
 
 
