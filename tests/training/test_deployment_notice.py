@@ -90,6 +90,9 @@ def test_the_checkpoint_records_its_notice_and_deployment_reads_it(
     assert serve.deployment_notice(final) == TRAINED
     assert serve.chat_model(final).trained_notice == TRAINED
     assert serve.TrainedPolicyAgent.from_pretrained(final).trained_notice == TRAINED
+    # the trainer also records the parser it read replies with, and no grace turn (issue 26)
+    assert recorded["tool_call_format"] == "hermes" and recorded["grace_turn"] is False
+    assert serve.chat_model(final).trained_grace_turn is False
 
 
 def test_run_agent_refuses_another_notice_layout_for_a_trained_checkpoint(
