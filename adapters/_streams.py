@@ -105,7 +105,13 @@ class _Sink:
     def fail(self, exc: BaseException) -> NoReturn:
         """Record ``exc`` and raise what replaces it (``from exc``), or ``exc`` itself."""
         exc = self.cut_off(exc) or exc
-        raised = self.failed(exc)
+        if isinstance(exc, BudgetExhausted):
+            # the wall budget ran out mid-read: what arrived is recorded and the turn stays
+            # charged, as when a whole body is cut off inside the transport's call
+            self.finish()
+            raised = self._raise_as(exc, None)
+        else:
+            raised = self.failed(exc)
         if raised is exc:
             raise exc
         raise raised from exc

@@ -88,6 +88,7 @@ def test_a_trickle_is_cut_off_when_the_wall_budget_runs_out(path: str, stream: b
         with pytest.raises(BudgetExhausted) as info:
             call(PATHS[path](server.url, ctl), stream)
         late = late_by(bound)
+        assert ep.state.used["turns"] == 1  # answered in part: the turn stays charged
     assert info.value.dimension == "wall_seconds"
     assert -0.5 < late < 1.0, f"cut off {late:.2f} s after the wall budget ran out"
 
