@@ -1,0 +1,261 @@
+"""What ``budgetmix gateway`` adds to a model call, side by side with LiteLLM's proxy.
+
+    .venv/bin/python bench/gateway.py [--calls 300] [--clients 200] [--requests 4000]
+        [--litellm .venv-litellm/bin/litellm]
+
+One fast fake upstream (a pure ASGI app on uvicorn, in its own process: constant Chat
+Completions bodies, whole and streamed) and, each in its own process, ``budgetmix
+gateway`` on its embedded default store (SQLite) with a per-conversation budget, and
+LiteLLM's proxy with a budget configured (``litellm_settings.max_budget``, the budget it
+keeps without a database; its per-key budgets need Postgres). LiteLLM's proxy extras pin
+older versions of packages budgetmix uses, so it runs from a virtualenv of its own::
+
+    python3 -m venv .venv-litellm && .venv-litellm/bin/pip install 'litellm[proxy]'
+
+1. Latency: one keep-alive client sends ``--calls`` requests on each path in turn (direct,
+   gateway, LiteLLM; each round rotates the order, so machine load falls on all three
+   alike), whole and streamed (to the last byte). Reported: p50 and p99 per path, and
+   the p50/p99 each proxy adds over the direct call.
+2. Throughput: ``--clients`` concurrent clients send ``--requests`` requests on each path;
+   requests per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gateway"))
+
+from _servers import free_port, wait_port  # noqa: E402
+
+#: every path gets this key: LiteLLM's proxy needs it as its master key; budgetmix passes it on
+KEY = "sk-bench-" + "5f3a9c1e7b2d4f60" * 4
+BODY = {"model": "m", "messages": [{"role": "user", "content": "Say hi."}]}
+_WHOLE = json.dumps({
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9},
+}).encode()
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, usage: bool = False) -> bytes:
+    body: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                            "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                       "finish_reason": finish}]}
+    if usage:
+        body["choices"] = []
+        body["usage"] = {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+_STREAM = [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "hi"}),
+           _chunk({}, "stop"), _chunk({}, usage=True), b"data: [DONE]\n\n"]
+
+
+async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The fake upstream: every POST answered with the constant completion."""
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    stream = b'"stream": true' in body or b'"stream":true' in body
+    if stream:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        for part in _STREAM:
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    else:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(_WHOLE)).encode())]})
+        await send({"type": "http.response.body", "body": _WHOLE})
+
+
+def _start(args: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> Any:
+    out = log.open("w")
+    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, **(env or {})})
+    try:
+        wait_port(port, timeout=120)
+    except TimeoutError:
+        proc.kill()
+        raise SystemExit(f"{args[0]} did not start: {log.read_text()[-2000:]}") from None
+    return proc
+
+
+def _litellm(exe: str, upstream: str, work: Path) -> tuple[Any, str] | None:
+    if not Path(exe).exists():
+        print(f"LiteLLM proxy: {exe} not found; its rows are left out (see the docstring)")
+        return None
+    port = free_port()
+    config = work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
+        f"      api_base: {upstream}/v1\n      api_key: sk-bench\n"
+        "litellm_settings:\n  max_budget: 1000000\n  budget_duration: 30d\n"
+        f"general_settings:\n  master_key: {KEY}\n"
+    )
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    proc = _start([exe, "--config", str(config), "--port", str(port), "--host", "127.0.0.1",
+                   "--num_workers", "1"], port, work / "litellm.log", env)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _gateway(upstream: str, work: Path) -> tuple[Any, str]:
+    port = free_port()
+    args = [sys.executable, "-m", "budgetmix.cli", "gateway", "--upstream", upstream,
+            "--port", str(port), "--store", f"sqlite://{work}/gateway.db", "--turns", "1000000000"]
+    return _start(args, port, work / "gateway.log"), f"http://127.0.0.1:{port}"
+
+
+def _one(client: httpx.Client, url: str, stream: bool) -> float:
+    body = {**BODY, "stream": True} if stream else BODY
+    t = time.perf_counter()
+    if stream:
+        with client.stream("POST", url, json=body) as r:
+            for _ in r.iter_raw():
+                pass
+    else:
+        r = client.post(url, json=body)
+        r.read()
+    elapsed = time.perf_counter() - t
+    if r.status_code != 200:
+        raise SystemExit(f"{url}: HTTP {r.status_code} {r.text[:200]}")
+    return elapsed
+
+
+def latency(
+    paths: dict[str, str], calls: int, stream: bool, pids: dict[str, int], cpu: dict[str, float]
+) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    headers = {"authorization": f"Bearer {KEY}", "x-budgetmix-conversation": "bench"}
+    with httpx.Client(headers=headers, timeout=30) as client:
+        names = list(paths)
+        for name in names:  # warm up each path (connections, caches)
+            for _ in range(20):
+                _one(client, paths[name], stream)
+        before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        for i in range(calls):
+            order = names[i % len(names):] + names[: i % len(names)]
+            for name in order:
+                times[name].append(_one(client, paths[name], stream))
+        for name, pid in pids.items():  # each process's own CPU per request it served
+            served = calls * len(paths) if name == "direct" else calls  # upstream: every path's
+            cpu[name] = 1000 * (_cpu_seconds(pid) - before[name]) / served
+    return times
+
+
+async def _throughput(url: str, clients: int, requests: int) -> tuple[float, int]:
+    """Requests per second answered 200, and how many were not."""
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients,
+                          keepalive_expiry=2.0)
+    failed = [0]
+    async with httpx.AsyncClient(limits=limits, timeout=120) as http:
+        left = [requests]
+
+        async def client(i: int) -> None:
+            headers = {"authorization": f"Bearer {KEY}", "x-budgetmix-conversation": f"c{i}"}
+            while left[0] > 0:
+                left[0] -= 1
+                try:
+                    r = await http.post(url, json=BODY, headers=headers)
+                    failed[0] += r.status_code != 200
+                except httpx.HTTPError:
+                    failed[0] += 1
+
+        t = time.perf_counter()
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        return (requests - failed[0]) / (time.perf_counter() - t), failed[0]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc), its waited-for children too."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _report(kind: str, times: dict[str, list[float]], cpu: dict[str, float]) -> None:
+    direct = times["direct"]
+    print(f"\n{kind}: per call, ms (p50 / p99), added over direct; CPU ms per request of the "
+          "process (direct: the upstream, which serves every path)")
+    for name, values in times.items():
+        line = f"  {name:<10} {_ms(values, 0.5):7.2f} / {_ms(values, 0.99):7.2f}"
+        if name != "direct":
+            line += (f"   added p50 {_ms(values, 0.5) - _ms(direct, 0.5):+.2f}"
+                     f"  p99 {_ms(values, 0.99) - _ms(direct, 0.99):+.2f}")
+        if name in cpu:
+            line += f"   cpu {cpu[name]:.2f}"
+        print(line)
+    if "litellm" in times:
+        ours = _ms(times["gateway"], 0.5) - _ms(direct, 0.5)
+        theirs = _ms(times["litellm"], 0.5) - _ms(direct, 0.5)
+        print(f"  gateway's added p50 / LiteLLM proxy's: {ours / theirs:.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--clients", type=int, default=200)
+    p.add_argument("--requests", type=int, default=4000)
+    p.add_argument("--litellm", default=str(ROOT / ".venv-litellm" / "bin" / "litellm"))
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    up_port = free_port()
+    procs = [_start([sys.executable, "-c", "import sys; sys.path.insert(0, 'bench'); "
+                     "import uvicorn, gateway; uvicorn.run(gateway.upstream_app, host='127.0.0.1',"
+                     f" port={up_port}, log_level='error', access_log=False,"
+                     " timeout_keep_alive=65, backlog=4096)"],
+                    up_port, work / "upstream.log")]
+    upstream = f"http://127.0.0.1:{up_port}"
+    try:
+        gw, gw_url = _gateway(upstream, work)
+        procs.append(gw)
+        paths = {"direct": upstream + "/v1/chat/completions",
+                 "gateway": gw_url + "/v1/chat/completions"}
+        lite = _litellm(args.litellm, upstream, work)
+        if lite is not None:
+            procs.append(lite[0])
+            paths["litellm"] = lite[1] + "/v1/chat/completions"
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f}; {args.calls} calls per path and kind")
+        pids = {"direct": procs[0].pid, "gateway": gw.pid}
+        if lite is not None:
+            pids["litellm"] = lite[0].pid
+        for stream in (False, True):
+            cpu: dict[str, float] = {}
+            times = latency(paths, args.calls, stream, pids, cpu)
+            _report("streamed" if stream else "whole", times, cpu)
+        print(f"\nthroughput, {args.clients} concurrent clients, {args.requests} requests")
+        for name, url in paths.items():
+            rate, failed = asyncio.run(_throughput(url, args.clients, args.requests))
+            print(f"  {name:<10} {rate:8.0f} requests/s  ({failed} not answered 200)")
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+if __name__ == "__main__":
+    main()
