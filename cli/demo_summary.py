@@ -1,7 +1,10 @@
 """The demo's last words: its headline figures and where it wrote everything.
 
 :func:`summary_lines` reads only what the stages returned and the output folder,
-so the closing summary is one short block however many stages ran.
+so the closing summary is one short block however many stages ran. After the
+experiment's figures it prints the run's fingerprint (``summary.json``; recorded
+there when the run did not) and whether it matches :data:`DEMO_REFERENCE`, the
+fingerprint of the run the README's figures came from.
 """
 
 from __future__ import annotations
@@ -12,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DemoResults", "summary_lines"]
+__all__ = ["DEMO_REFERENCE", "REFRESH_COMMAND", "DemoResults", "fingerprint_line", "summary_lines"]
+
+#: The reference fingerprint, relative to the directory the demo runs in (the clone).
+DEMO_REFERENCE = Path("docs/demo_fingerprint.json")
+#: How the reference is refreshed from a finished demo run (run in the clone).
+REFRESH_COMMAND = (
+    'python -c "from budgetmix.training.provenance import write_reference_fingerprint as w; '
+    "w('runs/demo/experiment/summary.json', 'docs/demo_fingerprint.json')\""
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +90,34 @@ def _train_lines(train: Mapping[str, Any]) -> list[str]:
     deployed = train.get("deployed")
     if deployed:
         lines.append(f"4. deployed checkpoint: success {_rates(deployed)}")
+    summary = report.get("files", {}).get("summary")
+    if summary is not None and Path(summary).is_file():
+        lines.append(fingerprint_line(Path(summary), report.get("config", {}), DEMO_REFERENCE))
     return lines
+
+
+def fingerprint_line(summary: Path, config: Mapping[str, Any], reference: Path) -> str:
+    """The run's fingerprint digest from ``summary`` (recorded there first when absent:
+    the experiment's checkpoints lie beside it) and whether it matches ``reference``."""
+    from budgetmix.training.provenance import (
+        fingerprint_differences,
+        read_fingerprint,
+        record_run_fingerprint,
+    )
+
+    mine = read_fingerprint(summary)
+    if mine is None:
+        threads = int(config.get("threads", 1))
+        data = [config.get("base_model")]
+        mine = record_run_fingerprint(summary, config, summary.parent, threads=threads, data=data)
+    head = f"   fingerprint {mine['digest'][:16]} ({summary})"
+    ref = read_fingerprint(reference)
+    if ref is None:
+        return f"{head}: no reference fingerprint recorded in {reference}"
+    differs = fingerprint_differences(mine, ref)
+    if not differs:
+        return f"{head}: matches {reference} (the README's figures)"
+    return f"{head}: differs from {reference} (the README's figures) in {'; '.join(differs)}"
 
 
 def _plots(out: Path) -> str:

@@ -48,6 +48,7 @@ _INT_MIN: dict[str, int] = {
     "warmup_steps": 0,
     "rollout_batch_size": 1,
     "seed": 0,
+    "threads": 1,
     "eval_episodes": 0,
 }
 _POSITIVE_FLOAT = ("lr", "sft_lr", "temperature", "clip_eps", "max_grad_norm")
@@ -95,6 +96,9 @@ class TrainConfig:
     lora_rank: int = 8
     # schedule
     seed: int = 0
+    # torch intra-op threads of the run, whatever the machine's cores or OMP_NUM_THREADS
+    # (a reduction's summation order depends on it; budgetmix.training.reproducibility)
+    threads: int = 1
     steps: int = 20
     sft_steps: int = 20
     sft_batch: int = 32

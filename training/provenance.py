@@ -258,8 +258,9 @@ def _data_sha256(files: Iterable[str | Path]) -> str:
 
 
 def checkpoint_hashes(root: str | Path) -> dict[str, str]:
-    """``{"<dir>/<file>.safetensors": sha256}`` for every checkpoint and model directory
-    under ``root`` (``root`` itself included) that has a manifest, relative to ``root``.
+    """``{"<dir>/<file>.safetensors": sha256}`` for every tensor file under ``root``,
+    relative to it: from the manifest of a checkpoint or model directory (``root`` itself
+    included), hashed here for a file outside one (the KL reference).
 
     Raises:
         CheckpointError: a manifest that cannot be read (the message names it).
@@ -271,7 +272,9 @@ def checkpoint_hashes(root: str | Path) -> dict[str, str]:
         for name, entry in sorted(read_manifest(directory).items()):
             if name.endswith(".safetensors"):
                 out[(directory / name).relative_to(base).as_posix()] = str(entry["sha256"])
-    return out
+    for path in sorted(base.rglob("*.safetensors")):
+        out.setdefault(path.relative_to(base).as_posix(), file_sha256(path))
+    return dict(sorted(out.items()))
 
 
 def run_fingerprint(
@@ -318,6 +321,34 @@ def write_run_fingerprint(
     inputs = [d for d in data if d is not None]
     found = run_fingerprint(config, root, threads=threads, data=inputs)
     return write_fingerprint(Path(root) / FINGERPRINT_FILE, found)
+
+
+def record_run_fingerprint(
+    summary: str | Path,
+    config: Mapping[str, Any],
+    root: str | Path,
+    *,
+    threads: int,
+    data: Iterable[str | Path | None] = (),
+) -> dict[str, Any]:
+    """Add :func:`run_fingerprint` of the run in ``root`` to its ``summary`` JSON file under
+    ``"fingerprint"`` (``None`` items of ``data`` are skipped); returns the fingerprint.
+
+    Raises:
+        CheckpointError: ``summary`` is not a JSON object, or a checkpoint manifest under
+            ``root`` cannot be read (the message names the file).
+    """
+    path = Path(summary)
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{str(path)!r} is not a readable summary: {exc}", path) from exc
+    if not isinstance(content, dict):
+        raise CheckpointError(f"{str(path)!r} is not a JSON object", path)
+    inputs = [d for d in data if d is not None]
+    content["fingerprint"] = run_fingerprint(config, root, threads=threads, data=inputs)
+    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+    return dict(content["fingerprint"])
 
 
 def _digest(fingerprint: Mapping[str, Any]) -> str:

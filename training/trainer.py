@@ -6,7 +6,10 @@ step draws ``groups_per_step`` tasks (seeds) and, per group, one budget
 config's sampler, rolls out ``group_size`` episodes per task with the
 current policy, and takes ``ppo_epochs`` passes of clipped policy-gradient
 updates. Everything random is drawn from RNGs that the checkpoint saves, so
-``resume`` reproduces an uninterrupted run's metrics exactly.
+``resume`` reproduces an uninterrupted run's metrics exactly. A step's draws come
+from streams keyed by ``(seed, phase, step)`` and the run's kernels, thread count
+and deterministic algorithms are pinned (:mod:`budgetmix.training.reproducibility`),
+so the same seed gives byte-identical checkpoints on any core count or load.
 
 Data parallel: under ``accelerate launch`` every process rolls out its share
 of the groups (``group % world == rank``) and gradients are averaged by
@@ -15,7 +18,6 @@ accelerate; the same command runs on one CPU or GPU.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,9 +44,11 @@ from budgetmix.training.envs import env_spec
 from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
 from budgetmix.training.models import build_policy
-from budgetmix.training.provenance import write_training_env
+from budgetmix.training.provenance import write_run_fingerprint, write_training_env
 from budgetmix.training.recordings import RecordedBatches
 from budgetmix.training.reference import KLReference
+from budgetmix.training.reproducibility import keyed_generator as keyed_gen
+from budgetmix.training.reproducibility import keyed_random, pin_kernels, reproducible
 from budgetmix.training.rollout import (
     EpisodeSpec,
     Rollout,
@@ -73,6 +77,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, accelerator: Any = None) -> None:
         from accelerate import Accelerator
 
+        pin_kernels()  # before torch's first kernel of the process (read once, then fixed)
         self.config = config
         self.acc = accelerator if accelerator is not None else Accelerator()
         self.world, self.rank = self.acc.num_processes, self.acc.process_index
@@ -91,8 +96,8 @@ class Trainer:
         self.env = env_spec(config.env)
         self.recorded = RecordedBatches.from_config(config, model, self.tokenizer)
         self.sampler = config.budget_sampler()
-        self.rng = random.Random(config.seed)
-        self.sample_gen = torch.Generator().manual_seed(config.seed * 1000 + self.rank)
+        self.rng = keyed_random(config.seed, "start")  # re-keyed at every step (_key_streams)
+        self.sample_gen = keyed_gen(config.seed, "start", self.rank)
         self.settings = RolloutSettings(
             notice_format=config.notice_format,
             max_new_tokens=config.max_new_tokens,
@@ -121,6 +126,13 @@ class Trainer:
 
             states = list(gather_object([mine]))
         return {f"sample.rank{r}": torch.tensor(s, dtype=torch.uint8) for r, s in states}
+
+    def _key_streams(self, phase: str) -> None:
+        """This step's streams: the task/budget draws keyed by ``(seed, phase, step)`` (the
+        same on every process), the sampling generator by that and the process's rank."""
+        seed = self.config.seed
+        self.rng = keyed_random(seed, phase, self.step)
+        keyed_gen(seed, phase, self.step, self.rank, generator=self.sample_gen)
 
     def _task(self, seed: int) -> Task:
         return self.env.make_tasks([seed], self.config.env_kwargs)[0]
@@ -229,6 +241,7 @@ class Trainer:
     def sft_step(self) -> dict[str, Any]:
         """One supervised step on scripted demonstrations or recorded episodes (sft_data)."""
         cfg = self.config
+        self._key_streams("sft")
         lr = self._set_lr(cfg.sft_lr, self.step)
         agent_seed = self.rng.randrange(2**31) + self.rank
         specs = [
@@ -272,7 +285,8 @@ class Trainer:
                     self.policy, fold=bool(cfg.sft_steps), main=self.acc.is_main_process
                 )
         lr = self._set_lr(cfg.lr, self.step - cfg.sft_steps, rl=True)
-        t0 = time.perf_counter()
+        self._key_streams("rl")
+        t0 = time.perf_counter()  # timings are logged only: no timer changes what is trained
         specs = self._local(self._rl_specs())
         rollouts = (  # in-process, or through a server (training/server_rollout.py)
             self.rl_rollouts(specs)
@@ -351,7 +365,12 @@ class Trainer:
 
     # -- driver -----------------------------------------------------------------------
     def run(self, *, stop_after: int | None = None) -> TrainResult:
-        """Train to the configured step count (or stop after ``stop_after`` steps, in tests)."""
+        """Train to the configured step count (or stop after ``stop_after`` steps, in tests),
+        under the run's pinned threads and deterministic algorithms."""
+        with reproducible(self.config.threads):
+            return self._run(stop_after)
+
+    def _run(self, stop_after: int | None) -> TrainResult:
         from rich.progress import Progress
 
         cfg = self.config
@@ -386,6 +405,9 @@ class Trainer:
             final = self._save_final()
             if cfg.eval_episodes:
                 evaluation = self.evaluate(cfg.eval_episodes)
+            if self.acc.is_main_process:  # <output_dir>/fingerprint.json
+                inputs = (cfg.model_path, cfg.sft_data, cfg.chat_template)
+                write_run_fingerprint(self.out, cfg.to_dict(), threads=cfg.threads, data=inputs)
         return TrainResult(self.out, self.step, self.log.read(), final, evaluation)
 
     def _save_final(self) -> Path | None:
@@ -423,7 +445,7 @@ class Trainer:
         """Success per budget (``eval_budgets`` or the sampler's support) on held-out seeds."""
         cfg_budgets = self.config.eval_budgets
         gen_state = self.sample_gen.get_state()
-        self.sample_gen.manual_seed(10**6 + self.config.seed)
+        keyed_gen(self.config.seed, "eval", self.rank, generator=self.sample_gen)
         seeds = range(
             self.config.num_train_seeds, self.config.num_train_seeds + episodes_per_budget
         )
@@ -467,10 +489,11 @@ def train(
             it), or onto a damaged checkpoint (the message names the file).
         MissingExtraError: torch/transformers/accelerate are not installed.
     """
-    trainer = Trainer(config)
-    if resume:
-        trainer.resume()
-    elif trainer.acc.is_main_process and trainer.log.path.exists():
-        trainer.log.path.unlink()  # a fresh run starts a fresh log
-    trainer.acc.wait_for_everyone()
-    return trainer.run(stop_after=stop_after)
+    with reproducible(config.threads, seed=config.seed):
+        trainer = Trainer(config)
+        if resume:
+            trainer.resume()
+        elif trainer.acc.is_main_process and trainer.log.path.exists():
+            trainer.log.path.unlink()  # a fresh run starts a fresh log
+        trainer.acc.wait_for_everyone()
+        return trainer.run(stop_after=stop_after)

@@ -6,6 +6,11 @@ import importlib.util
 from typing import Any
 
 import pytest
+from budgetmix.training.reproducibility import pin_kernels
+
+# The kernels a training run pins (ATen at AVX2, MKL's reproducible branch), set before any
+# test runs torch: in one pytest process the first kernel fixes them for every later test.
+pin_kernels()
 
 # Without the train extra the training tests are not collected (envs/ tests still are).
 _HAVE_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "accelerate"))

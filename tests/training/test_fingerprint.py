@@ -1,0 +1,153 @@
+"""Run fingerprints (training/provenance.py) and the pinned settings and keyed streams they
+record (training/reproducibility.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from budgetmix.cli.demo_summary import DEMO_REFERENCE, REFRESH_COMMAND, fingerprint_line
+from budgetmix.manifest import file_sha256, write_manifest
+from budgetmix.training.provenance import (
+    fingerprint_differences,
+    read_fingerprint,
+    record_run_fingerprint,
+    run_fingerprint,
+    write_reference_fingerprint,
+)
+from budgetmix.training.reproducibility import (
+    PINNED_KERNELS,
+    keyed_generator,
+    keyed_random,
+    pin_kernels,
+    reproducible,
+    stream_seed,
+)
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = {"seed": 3, "steps": 2, "output_dir": "somewhere", "progress": True}
+
+
+def _run_dir(root: Path, weights: bytes = b"w" * 64) -> Path:
+    """A run folder: a model directory with a manifest and a loose tensor file."""
+    final = root / "runs" / "arm-s0" / "final"
+    final.mkdir(parents=True)
+    (final / "model.safetensors").write_bytes(weights)
+    (final / "config.json").write_text("{}")
+    write_manifest(final)
+    (root / "runs" / "arm-s0" / "reference.safetensors").write_bytes(b"r" * 32)
+    return root
+
+
+def test_the_fingerprint_lists_every_tensor_file_and_its_digest_ignores_where(
+    tmp_path: Path,
+) -> None:
+    root = _run_dir(tmp_path / "a")
+    fp = run_fingerprint(CONFIG, root, threads=1, data=[root / "runs" / "arm-s0" / "final"])
+    assert fp["checkpoints"] == {
+        "runs/arm-s0/final/model.safetensors": file_sha256(
+            root / "runs/arm-s0/final/model.safetensors"
+        ),
+        "runs/arm-s0/reference.safetensors": file_sha256(
+            root / "runs/arm-s0/reference.safetensors"
+        ),
+    }
+    assert fp["packages"]["torch"] == torch.__version__
+    assert fp["threads"]["intra_op"] == 1
+    assert set(fp["threads"]["environment"]) >= {"OMP_NUM_THREADS", "inter_op"}
+    assert fp["kernels"]["aten_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    # the same run written elsewhere, watched or not, with other thread variables: same digest
+    other = _run_dir(tmp_path / "b")
+    moved = {**CONFIG, "output_dir": "elsewhere", "progress": False}
+    again = run_fingerprint(moved, other, threads=1, data=[other / "runs" / "arm-s0" / "final"])
+    again["threads"]["environment"]["OMP_NUM_THREADS"] = "7"
+    assert fingerprint_differences(again, fp) == []
+
+
+def test_differences_name_what_changed(tmp_path: Path) -> None:
+    fp = run_fingerprint(CONFIG, _run_dir(tmp_path / "a"), threads=1)
+    changed = run_fingerprint({**CONFIG, "seed": 4}, _run_dir(tmp_path / "b", b"v" * 64), threads=2)
+    changed["packages"] = {**changed["packages"], "torch": "0.0"}
+    found = fingerprint_differences(changed, fp)
+    assert f"packages: torch 0.0 (reference {torch.__version__})" in found
+    assert "config" in found
+    assert "threads: 2 (reference 1)" in found
+    assert "checkpoints: 1 of 2 files" in found
+    assert "data" not in found and not any(d.startswith("kernels") for d in found)
+
+
+def test_summary_gets_the_fingerprint_and_the_demo_line_compares_it(tmp_path: Path) -> None:
+    root = _run_dir(tmp_path / "exp")
+    summary = root / "summary.json"
+    summary.write_text(json.dumps({"config": CONFIG, "stats": {}}))
+    reference = tmp_path / "demo_fingerprint.json"
+    line = fingerprint_line(summary, {**CONFIG, "threads": 1}, reference)
+    recorded = read_fingerprint(summary)  # recorded on the way: the run did not
+    assert recorded is not None and json.loads(summary.read_text())["stats"] == {}
+    assert line.endswith(f"no reference fingerprint recorded in {reference}")
+    assert recorded["digest"][:16] in line
+    write_reference_fingerprint(summary, reference)
+    assert fingerprint_line(summary, {}, reference).endswith(
+        f"matches {reference} (the README's figures)"
+    )
+    (root / "runs/arm-s0/reference.safetensors").write_bytes(b"x")
+    record_run_fingerprint(summary, CONFIG, root, threads=1)
+    assert "differs from" in fingerprint_line(summary, {}, reference)
+    assert "checkpoints: 1 of 2 files" in fingerprint_line(summary, {}, reference)
+
+
+def test_the_repository_reference_is_readable_and_says_how_to_refresh_it() -> None:
+    data = json.loads((ROOT / DEMO_REFERENCE).read_text())
+    assert data.get("digest") is None or read_fingerprint(ROOT / DEMO_REFERENCE) is not None
+    if data.get("digest") is None:
+        assert "write_reference_fingerprint" in data["note"]
+    assert "write_reference_fingerprint" in REFRESH_COMMAND
+
+
+def test_streams_are_keyed_not_ordered() -> None:
+    assert stream_seed(0, "rl", 3) == stream_seed(0, "rl", 3)
+    assert len({stream_seed(0, "rl", s) for s in range(50)} | {stream_seed(1, "rl", 0)}) == 51
+    assert stream_seed(0, "rl", 3) < 2**63
+    first = keyed_random(0, "sft", 1).random()
+    keyed_random(0, "sft", 0).random()  # another stream drawn in between changes nothing
+    assert keyed_random(0, "sft", 1).random() == first
+    gen = torch.Generator()
+    same = keyed_generator(0, "rl", 2, generator=gen)
+    assert same is gen
+    assert torch.equal(
+        torch.rand(4, generator=gen), torch.rand(4, generator=keyed_generator(0, "rl", 2))
+    )
+    code = (
+        "from budgetmix.training.reproducibility import stream_seed; print(stream_seed(0, 'rl', 3))"
+    )
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(other.stdout) == stream_seed(0, "rl", 3)  # not Python's per-process hash
+
+
+def test_reproducible_pins_for_the_block_and_restores() -> None:
+    before = torch.get_num_threads()
+    outside = torch.rand(1)
+    state = torch.get_rng_state()
+    with reproducible(1, seed=9):
+        assert torch.get_num_threads() == 1
+        assert torch.are_deterministic_algorithms_enabled()
+        inside = torch.rand(3)
+    with reproducible(1, seed=9):
+        assert torch.equal(torch.rand(3), inside)  # the global generator seeded from the seed
+    assert torch.equal(torch.get_rng_state(), state)  # and the caller's put back
+    assert torch.get_num_threads() == before
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert outside.shape == (1,)
+
+
+def test_pin_kernels_keeps_a_value_already_set() -> None:
+    env = {"MKL_CBWR": "COMPATIBLE"}
+    assert pin_kernels(env) == {**PINNED_KERNELS, "MKL_CBWR": "COMPATIBLE"}
+    assert env == {**PINNED_KERNELS, "MKL_CBWR": "COMPATIBLE"}
+    assert os.environ["ATEN_CPU_CAPABILITY"]  # the test session pins them (conftest)

@@ -1,0 +1,140 @@
+"""Bit-reproducible CPU training: what a run's numbers depend on, pinned in one place.
+
+The same seed, config and package versions give byte-identical checkpoints on any
+x86-64 machine with AVX2, whatever its core count or load, because three things
+that change float summation order are fixed here (docs/training.md, Reproducibility):
+
+* **kernels** (:func:`pin_kernels`): ATen's vectorised kernels at the AVX2 level
+  (``ATEN_CPU_CAPABILITY=avx2``; an AVX-512 machine otherwise sums softmax and
+  reductions in another order), MKL's GEMM in its AVX2 conditional-numerical-
+  reproducibility branch in strict mode (``MKL_CBWR=AVX2,STRICT``: the same bits
+  on every AVX2 machine *and* for any MKL thread count) and oneDNN capped at AVX2.
+  They are environment defaults (a value already set wins) read when torch runs its
+  first kernel, so they must be set before that; :func:`kernel_settings` records
+  what is actually in force.
+* **threads** (:func:`reproducible`): torch's intra-op thread count is the config's
+  ``threads`` for the run, not the machine's core count or ``OMP_NUM_THREADS``
+  (ATen splits a reduction per thread), and ``torch.use_deterministic_algorithms``
+  is on (an op without a deterministic kernel raises).
+* **random streams** (:func:`stream_seed`, :func:`keyed_random`,
+  :func:`keyed_generator`): each step draws from a stream keyed by
+  ``(seed, phase, step, ...)``, not from one stream consumed in call order, so a
+  step's draws do not depend on how many numbers earlier steps took.
+
+Nothing here reads a clock: a token budget counts tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "PINNED_KERNELS",
+    "kernel_settings",
+    "keyed_generator",
+    "keyed_random",
+    "pin_kernels",
+    "reproducible",
+    "stream_seed",
+    "thread_settings",
+]
+
+#: Environment defaults that fix the CPU kernels torch, MKL and oneDNN pick.
+PINNED_KERNELS: dict[str, str] = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "AVX2,STRICT",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+
+#: Thread variables recorded (informational: the run's own count is pinned).
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC")
+
+
+def pin_kernels(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set :data:`PINNED_KERNELS` as environment defaults (a value already set is kept);
+    returns the values in force. Call it before torch's first kernel of the process."""
+    env = os.environ if environ is None else environ
+    return {name: env.setdefault(name, value) for name, value in PINNED_KERNELS.items()}
+
+
+def kernel_settings() -> dict[str, Any]:
+    """The kernels in force: ATen's capability as torch reports it (``AVX2`` when the pin
+    took effect) and the MKL and oneDNN variables."""
+    import torch
+
+    return {
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **{
+            name.lower(): os.environ.get(name)
+            for name in PINNED_KERNELS
+            if name != "ATEN_CPU_CAPABILITY"
+        },
+    }
+
+
+def thread_settings() -> dict[str, Any]:
+    """torch's intra-op and inter-op thread counts now, and the thread variables as set."""
+    import torch
+
+    return {
+        "intra_op": torch.get_num_threads(),
+        "inter_op": torch.get_num_interop_threads(),
+        **{name: os.environ.get(name) for name in _THREAD_VARS},
+    }
+
+
+@contextmanager
+def reproducible(threads: int, seed: int | None = None) -> Iterator[None]:
+    """Pin the kernels, ``threads`` intra-op threads and deterministic algorithms for the
+    block; the thread count and the deterministic flag are restored after it.
+
+    With a ``seed``, torch's global CPU generator is seeded from it for the block (a
+    process starts it from the operating system's entropy, and a checkpoint saves it)
+    and restored after it.
+    """
+    import torch
+
+    pin_kernels()
+    before = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(stream_seed(seed, "torch"))
+            yield
+    finally:
+        torch.set_num_threads(before)
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def stream_seed(*key: Any) -> int:
+    """A 63-bit seed derived from ``key`` (ints and strings; JSON-encoded, SHA-256):
+    the same key gives the same stream in any process, a different key an unrelated one."""
+    text = json.dumps(list(key), separators=(",", ":"), sort_keys=True)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def keyed_random(*key: Any) -> random.Random:
+    """A Python RNG for the stream ``key`` (:func:`stream_seed`)."""
+    return random.Random(stream_seed(*key))
+
+
+def keyed_generator(*key: Any, generator: torch.Generator | None = None) -> torch.Generator:
+    """A torch CPU generator for the stream ``key``; ``generator`` is reseeded in place
+    when given (a sampler that holds it sees the new stream)."""
+    import torch
+
+    gen = torch.Generator() if generator is None else generator
+    return gen.manual_seed(stream_seed(*key))
