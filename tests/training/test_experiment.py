@@ -50,7 +50,8 @@ def test_presets_follow_the_preregistered_design() -> None:
         cfg = experiment_preset(name)
         assert cfg.kl_coef == 0.05 and cfg.warmup_steps == 3  # the same for every arm
         assert cfg.methods == ("fixed", "budgetmix", "budgetmix-masked")
-        assert cfg.demo_budget_aware and cfg.sft_error_rate == 0.3
+        # issue 29's confirmatory design grades and clones an agent erring 20% (prereg)
+        assert cfg.demo_budget_aware and cfg.sft_error_rate == (0.2 if name == "confirm" else 0.3)
     assert experiment_preset("default").seeds >= 4 and experiment_preset("full").seeds == 8
     assert experiment_preset("full-map2").desc == ("SFFF", "FFHF", "FFHH", "FFFG")
 
@@ -84,6 +85,15 @@ def test_ci_preset_writes_the_report_files(report: ExperimentReport) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ceiling"] == report.ceiling
     assert summary["grid"] == json.loads(json.dumps(report.grid))
+    # machine-readable success: arm -> budget fraction -> per-seed pass@1, from the
+    # per-episode outcomes it also holds, equal to the grid's per-seed pass@1
+    cfg = experiment_preset("ci")
+    assert set(summary["success"]) == {"base", *cfg.methods}
+    for row in (r for r in report.grid if r["k"] == 1):
+        assert summary["success"][row["arm"]][row["fraction"]] == pytest.approx(row["per_seed"])
+        bits = [run[row["fraction"]] for run in summary["outcomes"][row["arm"]]]
+        assert {len(b) for b in bits} == {cfg.eval_episodes} and set("".join(bits)) <= {"0", "1"}
+        assert sum(b.count("1") for b in bits) == row["successes"]
 
 
 def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:

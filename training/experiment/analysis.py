@@ -21,11 +21,13 @@ __all__ = [
     "best_checkpoint",
     "collapsed",
     "grid_rows",
+    "outcome_strings",
     "pool_comparisons",
     "pool_recovery",
     "seed_statistics",
     "sensitivity_summary",
     "success_curves",
+    "success_table",
     "train_summary",
 ]
 
@@ -289,3 +291,24 @@ def sensitivity_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for r in rows
         ],
     }
+
+
+def outcome_strings(budgets: dict[str, int], traces: ArmTraces) -> dict[str, list[dict[str, str]]]:
+    """Arm -> per seed -> fraction -> ``"0110..."``: each evaluation episode's success, in order."""
+    return {
+        arm: [
+            {f: "".join("1" if tr.success else "0" for tr in run[t]) for f, t in budgets.items()}
+            for run in runs
+        ]
+        for arm, runs in traces.items()
+    }
+
+
+def success_table(outcomes: dict[str, list[dict[str, str]]]) -> dict[str, dict[str, list[float]]]:
+    """Arm -> fraction -> per-seed pass@1 from :func:`outcome_strings` (``summary.json``)."""
+    table: dict[str, dict[str, list[float]]] = {}
+    for arm, runs in outcomes.items():
+        for run in runs:
+            for frac, bits in run.items():
+                table.setdefault(arm, {}).setdefault(frac, []).append(bits.count("1") / len(bits))
+    return table

@@ -19,6 +19,8 @@ from budgetmix.exceptions import ConfigError
 
 __all__ = [
     "ARM_SETTINGS",
+    "CHAIN_ENV",
+    "CONFIRM",
     "EXPERIMENT_PRESETS",
     "METHODS",
     "SECOND_MAP",
@@ -52,7 +54,7 @@ TOOLS_ENV: dict[str, Any] = {
     "env": "faulty-tools-compact",
     "env_kwargs": {"hops": 9, "fault_p": 0.2, "guess_p": 0.25},
 }
-_ENVS = ("frozenlake-compact", "faulty-tools-compact")
+_ENVS = ("frozenlake-compact", "faulty-tools-compact", "fault-chain-compact")
 _TOOLS_KWARGS = ("hops", "fault_p", "guess_p")
 
 _INT_MIN = {
@@ -74,6 +76,7 @@ _INT_MIN = {
     "num_layers": 1,
     "threads": 1,
     "seed": 0,
+    "max_number": 9,
 }
 
 
@@ -99,7 +102,10 @@ class ExperimentConfig:
     sensitivity on ``sens_episodes`` fresh starts per turns-left value; the
     step-level diagnostic on ``diag_episodes`` base episodes with ``diag_samples``
     draws per point. ``base_model``: a saved base model directory to start RL from
-    instead of running SFT (for ablations on one base).
+    instead of running SFT (for ablations on one base). ``max_number``: the tiny
+    model's tokenizer writes every integer up to it as one token (9: digits only, the
+    char-level tokenizer of the earlier presets; see
+    :func:`~budgetmix.training.tokenizer.build_char_tokenizer`).
 
     Raises:
         ConfigError: a value out of range; the message names the field.
@@ -137,6 +143,7 @@ class ExperimentConfig:
     inject_at: int = 2
     hidden_size: int = 64
     num_layers: int = 2
+    max_number: int = 9
     threads: int = 2
     seed: int = 0
     base_model: str | None = None
@@ -177,7 +184,8 @@ class ExperimentConfig:
         if not isinstance(self.env_kwargs, dict):
             raise ConfigError(f"{own}.env_kwargs: must be a mapping")
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
-        if self.env == "faulty-tools-compact":
+        if self.env in ("faulty-tools-compact", "fault-chain-compact"):
+            from budgetmix.training.envs.fault_chain_oracle import ChainModel
             from budgetmix.training.envs.faulty_tools_oracle import ToolsModel
 
             unknown = sorted(set(self.env_kwargs) - set(_TOOLS_KWARGS))
@@ -186,7 +194,9 @@ class ExperimentConfig:
                     f"{own}.env_kwargs: unknown {unknown}; known: {', '.join(_TOOLS_KWARGS)}"
                 )
             try:
-                ToolsModel(**self.env_kwargs)
+                (ToolsModel if self.env == "faulty-tools-compact" else ChainModel)(
+                    **self.env_kwargs
+                )
             except ConfigError as exc:
                 raise ConfigError(f"{own}.env_kwargs: {exc}") from None
             return
@@ -215,6 +225,27 @@ class ExperimentConfig:
             raise ConfigError(f"unknown ExperimentConfig field(s): {', '.join(unknown)}")
         return replace(self, **overrides)
 
+
+#: Issue 29's environment as the confirmatory design runs it (docs/prereg.md, *Issue 29*).
+CHAIN_ENV: dict[str, Any] = {
+    "env": "fault-chain-compact",
+    "env_kwargs": {"hops": 6, "fault_p": 0.2, "guess_p": 0.3},
+    "sft_error_rate": 0.2,
+    "max_number": 99,
+    "eval_fractions": (0.25, 0.5, 0.75, 1.0),
+}
+#: Issue 29's confirmatory design, sized for the shared CPU (docs/prereg.md, *Issue 29*):
+#: every RL run takes exactly ``rl_steps`` updates (the token cap never binds).
+CONFIRM: dict[str, Any] = {
+    **CHAIN_ENV,
+    "seeds": 4,
+    "rl_steps": 30,
+    "groups_per_step": 2,
+    "token_budget": 10**9,
+    "eval_episodes": 128,
+    "sens_episodes": 32,
+    "threads": 1,
+}
 
 #: Named sizes; ``default`` is what ``budgetmix demo`` runs.
 EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
@@ -263,6 +294,7 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
     },
     # the second environment (issue 19 item 5): `default` and `full` on faulty-tools-compact
     "tools": {**TOOLS_ENV, "diag_episodes": 8, "diag_samples": 8},
+    "confirm": CONFIRM,
     "full-tools": {
         **TOOLS_ENV,
         "seeds": 8,

@@ -14,7 +14,12 @@ decision at the start state that the sensitivity diagnostic probes.
 * ``faulty-tools-compact``: a chain of ``hops`` flaky lookups
   (:mod:`budgetmix.training.envs.faulty_tools_compact`); at the start *guess* is
   strictly best while the lookups and the answer cannot fit in the turns left
-  (1-9 turns left with the presets' 9 hops), *look up* otherwise.
+  (1-9 turns left with the presets' 9 hops), *look up* otherwise;
+* ``fault-chain-compact`` (issue 29's design): a chain of ``hops`` flaky lookups
+  where a mistake breaks the chain until a repair
+  (:mod:`budgetmix.training.envs.fault_chain_compact`); everything is graded for
+  an agent that errs at ``sft_error_rate`` (the ceiling, Q, the curves): at the
+  start a guess (``g`` then ``a``) is best with few turns left, lookups otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from budgetmix.training.diagnostics import QFunction, frozenlake_q
+from budgetmix.training.envs.fault_chain_compact import CHAIN_ENV_NAME
 from budgetmix.training.envs.faulty_tools_compact import TOOLS_COMPACT_ENV_NAME
 from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME, MOVE_LETTERS, parse_move
 
@@ -33,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["ENV_NAMES", "ExperimentEnv", "experiment_env"]
 
 #: Environments the experiment runs on.
-ENV_NAMES: tuple[str, ...] = (COMPACT_ENV_NAME, TOOLS_COMPACT_ENV_NAME)
+ENV_NAMES: tuple[str, ...] = (COMPACT_ENV_NAME, TOOLS_COMPACT_ENV_NAME, CHAIN_ENV_NAME)
 #: Keywords of ``faulty-tools-compact`` an ExperimentConfig may set (``env_kwargs``).
 TOOLS_KWARGS: tuple[str, ...] = ("hops", "fault_p", "guess_p")
 
@@ -160,10 +166,70 @@ def _guess_words(guess: Sequence[int]) -> str:
     return f"guess with {runs} turns left, look up otherwise"
 
 
+def _chain(config: ExperimentConfig) -> ExperimentEnv:
+    """Issue 29's environment, graded for an agent erring at ``sft_error_rate``: the
+    ceiling, the Q-function, the curves and the start decision are that agent's."""
+    import numpy as np
+    from budgetmix.policies.samplers import BudgetMix
+    from budgetmix.training.envs.fault_chain_oracle import (
+        CHAIN_MOVES,
+        GUESS,
+        ChainModel,
+        chain_ceiling,
+        chain_q,
+        parse_chain_move,
+    )
+    from budgetmix.training.envs.mdp import (
+        blind_optimum,
+        elapsed_success_curve,
+        taken_action_values,
+    )
+
+    model, e = ChainModel(**config.env_kwargs), config.sft_error_rate
+    ceiling = config.ceiling or chain_ceiling(model, e)
+    noisy = model.mdp.with_errors(e)
+
+    def curves(top: int) -> tuple[Sequence[float], Sequence[float]]:
+        v, _ = taken_action_values(model.mdp, e, top)
+        mix = BudgetMix(ceiling, tuple(config.budget_fractions))
+        blind = blind_optimum(noisy, [mix.turns_for(f) for f in mix.fractions], mix.weights)
+        rows = blind.actions  # past the prior's longest budget: its last turn's choices
+        table = np.concatenate([rows, np.repeat(rows[-1:], max(0, top - len(rows)), axis=0)])
+        return v[:, noisy.start].tolist(), elapsed_success_curve(noisy, table, top).tolist()
+
+    _, q = taken_action_values(model.mdp, e, 2 * ceiling)
+    start = q[:, noisy.start]
+    guess = [k for k in range(1, 2 * ceiling + 1)
+             if np.ptp(start[k]) > 1e-9 and int(start[k].argmax()) == GUESS]  # fmt: skip
+    return ExperimentEnv(
+        name=CHAIN_ENV_NAME,
+        kwargs={
+            **config.env_kwargs,
+            "demo_gamma": config.demo_gamma,
+            "demo_budget_aware": config.demo_budget_aware,
+            "demo_ceiling": ceiling,
+        },
+        label=(
+            f"{model.hops}-link chain with repairs, fault_p {model.fault_p}, guess_p "
+            f"{model.guess_p}; graded for an agent erring {e:g}"
+        ),
+        ceiling=ceiling,
+        q=chain_q(model, e),
+        parse=parse_chain_move,
+        moves=tuple(CHAIN_MOVES),
+        curves=curves,
+        sensitivity_from=1,
+        decision=_guess_words(guess).replace("look up otherwise", "look up otherwise (g, then a)"),
+        state_name="start state",
+    )
+
+
 def experiment_env(config: ExperimentConfig) -> ExperimentEnv:
     """The environment ``config.env`` names, with its exact model.
 
     Raises:
         ConfigError: an invalid map or environment keyword (the message names it).
     """
+    if config.env == CHAIN_ENV_NAME:
+        return _chain(config)
     return _tools(config) if config.env == TOOLS_COMPACT_ENV_NAME else _frozenlake(config)

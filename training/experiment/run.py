@@ -46,11 +46,13 @@ from budgetmix.training.experiment.analysis import (
     ArmTraces,
     best_checkpoint,
     grid_rows,
+    outcome_strings,
     pool_comparisons,
     pool_recovery,
     seed_statistics,
     sensitivity_summary,
     success_curves,
+    success_table,
     train_summary,
 )
 from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
@@ -79,6 +81,10 @@ class ExperimentReport:
     -> expected-Q shares with noise floors), ``recovery``, ``curves``. ``oracle``:
     exact success of the budget-aware optimum and the best budget-blind policy.
     ``environment``: the environment's name, label, moves and start-state decision.
+    ``outcomes``: arm -> per seed -> budget fraction -> the evaluation episodes'
+    successes in episode order (``"0110..."``; the same slip seeds in every arm and
+    seed), from which ``summary.json``'s ``success`` (arm -> fraction -> per-seed
+    pass@1) is computed.
     """
 
     config: dict[str, Any]
@@ -95,6 +101,7 @@ class ExperimentReport:
     stats: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    outcomes: dict[str, list[dict[str, str]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what ``summary.json`` holds)."""
@@ -112,6 +119,8 @@ class ExperimentReport:
             "stats": self.stats,
             "files": {k: str(v) for k, v in self.files.items()},
             "environment": self.environment,
+            "success": success_table(self.outcomes),
+            "outcomes": self.outcomes,
         }
 
 
@@ -191,11 +200,25 @@ class _Run:
         }
 
     def train_base(self) -> Path:
+        """SFT from scratch; a finished base already in ``out_dir`` is reused (resume)."""
         from budgetmix.training.trainer import train
 
+        done = self.out / "runs" / "base" / "final"
+        if (done / "model.safetensors").is_file():
+            return done
         cfg = self.cfg
+        init = {}
+        if cfg.max_number > 9:  # the model that reads the number (.numbers)
+            from budgetmix.training.experiment.numbers import number_model
+
+            path = number_model(
+                self.out / "runs" / "init", max_number=cfg.max_number,
+                hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, seed=cfg.seed,
+            )  # fmt: skip
+            init = {"model_path": str(path)}
         tc = self._train_config(
             "base",
+            **init,
             seed=cfg.seed,
             sft_steps=cfg.sft_steps,
             sft_batch=cfg.sft_batch,
@@ -444,6 +467,7 @@ def run_experiment(
             out_dir=out,
             stats=stats,
             environment=run.env.describe(),
+            outcomes=outcome_strings(run.budgets, traces),
         )
         files = write_report(report)
     _say(progress, f"report: {files['report']}")

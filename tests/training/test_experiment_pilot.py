@@ -1,0 +1,57 @@
+"""The pilot's measured error rate against known answers (issue 29 item 5's gate input)."""
+
+from __future__ import annotations
+
+import pytest
+from budgetmix.exceptions import ConfigError
+from budgetmix.training.diagnostics import (
+    frozenlake_oracle_policy,
+    frozenlake_q,
+    invalid_reply,
+    pointwise,
+    run_episodes,
+)
+from budgetmix.training.envs.frozenlake_compact import MOVE_LETTERS, parse_move
+from budgetmix.training.envs.registry import env_tasks
+from budgetmix.training.experiment.pilot import PILOT_SEED_BASE, measured_error_rate
+from budgetmix.training.experiment.run import EVAL_SEED_BASE, SENSITIVITY_OFFSET
+
+pytest.importorskip("numpy")
+
+DESC = ("SFF", "HFF", "HHG")
+
+
+def _rate(noise: float, episodes: int = 80) -> dict[str, object]:
+    from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
+
+    model = FrozenLakeModel(DESC, True, 0.8)
+    q = frozenlake_q(model)
+    kwargs = {"desc": list(DESC), "success_rate": 0.8}
+    tasks = env_tasks("frozenlake-compact", range(episodes), kwargs)
+    policy = frozenlake_oracle_policy(model, moves=MOVE_LETTERS, noise=noise, seed=3)
+    traces = [tr for b in (4, 7, 14) for tr in run_episodes(tasks, policy, b, q=q)]
+    return measured_error_rate(traces, q, MOVE_LETTERS, parse_move)
+
+
+def test_the_optimum_never_errs_and_a_noisy_one_errs_at_its_rate() -> None:
+    exact = _rate(0.0)
+    assert exact["rate"] == 0.0 and exact["errors"] == 0 and exact["points"] > 100
+    noisy = _rate(0.3)
+    assert noisy["lo"] <= 0.3 <= noisy["hi"]  # a random other move with probability 0.3
+    assert 0.22 < noisy["rate"] < 0.38
+
+
+def test_an_unreadable_reply_is_an_error() -> None:
+    from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
+
+    model = FrozenLakeModel(DESC, True, 0.8)
+    q = frozenlake_q(model)
+    tasks = env_tasks("frozenlake-compact", range(8), {"desc": list(DESC), "success_rate": 0.8})
+    traces = run_episodes(tasks, pointwise(invalid_reply()), 7, q=q)
+    assert measured_error_rate(traces, q, MOVE_LETTERS, parse_move)["rate"] == 1.0
+    with pytest.raises(ConfigError, match="single optimal move"):
+        measured_error_rate([], q, MOVE_LETTERS, parse_move)
+
+
+def test_pilot_episodes_lie_above_every_confirmatory_range() -> None:
+    assert PILOT_SEED_BASE > EVAL_SEED_BASE + SENSITIVITY_OFFSET + 1_000_000

@@ -1,0 +1,116 @@
+"""The SFT-only pilot (issue 29 items 3 and 5): what the base reads, and how often it errs.
+
+Before any RL, :func:`sft_pilot` trains the design's SFT base on a *pilot* seed
+and measures on pilot episodes (slip seeds from :data:`PILOT_SEED_BASE`, disjoint
+from every confirmatory range):
+
+* the budget sensitivity at the start state
+  (:func:`~budgetmix.training.budget_sensitivity.budget_sensitivity`): whether the
+  model reads the turns-left count, at the environment's own threshold;
+* the base's **measured error rate**: on its own episodes at every design budget,
+  the share of its moves that are not the exact optimum, among decision points
+  whose optimum is one move (the error model of the demonstrator, "with
+  probability e a random other move", predicts exactly e there). The VoI gate
+  reads the value of budget information at this rate, not at the demonstrator's.
+
+Nothing here is confirmatory; the pilot's checkpoints are never reused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from budgetmix.exceptions import ConfigError
+from budgetmix.training.budget_sensitivity import budget_sensitivity
+from budgetmix.training.diagnostics import EpisodeTrace, QFunction, run_episodes
+from budgetmix.training.envs.registry import env_tasks
+from budgetmix.training.experiment.config import ExperimentConfig
+
+__all__ = ["PILOT_SEED_BASE", "measured_error_rate", "sft_pilot"]
+
+#: Slip seeds of pilot episodes: above every confirmatory range (run.EVAL_SEED_BASE + 3M).
+PILOT_SEED_BASE = 7_000_000
+
+
+def measured_error_rate(
+    traces: Sequence[EpisodeTrace], q: QFunction, moves: Sequence[str], parse: Any
+) -> dict[str, Any]:
+    """The share of non-optimal moves at decision points with one optimal move.
+
+    A reply that is none of the moves counts as an error. Returns ``rate``, the
+    number of ``points`` and ``errors``, and a Wilson-free normal 95% interval.
+
+    Raises:
+        ConfigError: no decision point has a single optimal move.
+    """
+    points = errors = 0
+    for tr in traces:
+        for point, action in zip(tr.points, tr.actions, strict=False):
+            qs = [q(point, m) for m in moves]
+            best = max(qs)
+            optimal = [i for i, v in enumerate(qs) if v >= best - 1e-9]
+            if len(optimal) != 1 or best - min(qs) <= 1e-9:
+                continue
+            points += 1
+            errors += parse(action) != optimal[0]
+    if not points:
+        raise ConfigError("measured_error_rate: no decision point with a single optimal move")
+    rate = errors / points
+    half = 1.96 * math.sqrt(rate * (1 - rate) / points)
+    return {
+        "rate": rate,
+        "lo": max(0.0, rate - half),
+        "hi": min(1.0, rate + half),
+        "points": points,
+        "errors": errors,
+    }
+
+
+def sft_pilot(
+    config: ExperimentConfig, out_dir: str | Path, *, episodes: int = 64, progress: bool = True
+) -> dict[str, Any]:
+    """Train ``config``'s SFT base (its ``seed`` is the pilot seed) and measure it.
+
+    ``episodes`` fresh starts per turns-left value for the sensitivity and
+    ``episodes`` base episodes per design budget for the error rate. Writes nothing
+    but the base's training directory under ``out_dir``; returns a JSON-ready dict.
+
+    Raises:
+        ConfigError: an invalid config, or a start state that is not budget-dependent.
+    """
+    from budgetmix.training.experiment.lm import load_lm_policy
+    from budgetmix.training.experiment.run import _Run, _threads
+
+    run = _Run(config, Path(out_dir), progress)
+    with _threads(config.threads):
+        base = run.timed("sft_base", run.train_base)
+        policy = load_lm_policy(base, seed=config.seed * 7919 + 60_000)[0]
+        top = max(run.budgets.values())
+        tasks = env_tasks(
+            run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
+        )
+        sens = budget_sensitivity(
+            tasks, policy, list(range(run.env.sensitivity_from, top + 1)), run.q,
+            run.env.parse, moves=run.env.moves,
+        )  # fmt: skip
+        inside = sorted({t for t in run.budgets.values() if t <= run.ceiling})
+        traces = [
+            tr
+            for b in inside
+            for tr in run_episodes(tasks, policy, b, q=run.q, moves=run.env.moves)
+        ]
+        errors = measured_error_rate(traces, run.q, run.env.moves, run.env.parse)
+    return {
+        "config": config.to_dict(),
+        "environment": run.env.describe(),
+        "ceiling": run.ceiling,
+        "budgets": run.budgets,
+        "base": str(base),
+        "sensitivity": {k: v for k, v in sens.to_dict().items() if k != "cells"}
+        | {"p_flip": {c.turns_left: c.probabilities[sens.flip_action] for c in sens.cells}},
+        "error_rate": errors,
+        "timings": run.timings,
+    }
