@@ -136,6 +136,13 @@ def test_the_designs_value_of_knowing_the_budget_passes_the_gate_at_both_error_r
     assert [chain_ceiling(ChainModel(), e) for e in (0.0, 0.2, 0.3)] == [10, 15, 19]
 
 
+def test_the_gate_holds_for_every_error_rate_from_0_10_to_0_35() -> None:
+    lowest = min(
+        min(r.voi for r in env_voi("fault-chain-compact", i / 100).rows[:2]) for i in range(10, 36)
+    )
+    assert round(lowest * 100, 1) == 11.2  # docs/experiment.md: at 50% for e = 0.3
+
+
 def _rate(demo: ChainDemonstrator, budget: int, n: int) -> float:
     model = ChainModel(**KW)
     policy = pointwise(lambda p: demo.move(model, p.state, p.turns_remaining, p.turn - 1))
