@@ -15,7 +15,9 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from budgetmix import bypass
 from budgetmix.adapters._deadlines import abounded, bounded, watch_sdk_client
+from budgetmix.adapters._live import LiveHandle
 from budgetmix.adapters._openai_helpers import (
     AsyncRawResponses,
     HelperResource,
@@ -66,10 +68,11 @@ class Endpoint:
         watch_sdk_client(raw)  # a whole body is read within the episode's deadlines
 
     def _start(self, kwargs: dict[str, Any]) -> TurnRequest | None:
-        ep = resolve_episode(self._owner._target)
-        if ep is None:
-            return None
         owner = self._owner
+        ep = resolve_episode(owner._target)
+        if ep is None:
+            bypass.unbudgeted_call(owner, f"budgeted({type(owner._sdk_client).__name__}())")
+            return None
         return TurnRequest(
             ep,
             self._kind,
@@ -77,6 +80,7 @@ class Endpoint:
             owner._pricing,
             sdk_transform=owner._sdk_transform,
             sdk_call=True,
+            url=getattr(owner._sdk_client, "base_url", None),
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -199,9 +203,19 @@ class AsyncEndpoint(Endpoint):
         return await afinish_raw(self, req, raw)
 
 
-class ClientWrapper:
+class ClientWrapper(LiveHandle):
     """A provider client whose model endpoints subclasses budget (they attach them in
-    :meth:`_attach_endpoints`); every other attribute is the client's own."""
+    :meth:`_attach_endpoints`); every other attribute is the client's own.
+
+    It passes the type checks frameworks make of the client they are given
+    (``isinstance(client, openai.AsyncOpenAI)``, Semantic Kernel's): its ``__class__``
+    reads as the wrapped client's (``type()`` still tells the wrapper). A copy or a
+    pickle of it is the wrapper itself (:mod:`budgetmix.adapters._live`): DSPy
+    deep-copies the client it is given."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self.__dict__.get("_sdk_client", self))
 
     def __init__(
         self,
@@ -214,6 +228,9 @@ class ClientWrapper:
     ) -> None:
         self._sdk_client = client  # not ``_client``: SDK code reads that as the HTTP client
         self._target = target
+        controller = target.controller if isinstance(target, Episode) else target
+        if controller is not None:
+            bypass.wired(controller, f"budgeted({type(client).__name__}())")
         self._sdk_transform = sdk_transform
         self._pricing = pricing if pricing is not None else DEFAULT_PRICING
         self._sleep = sleep

@@ -10,7 +10,10 @@ a failure a ``tool_error`` mistake) and has the episode write one ``execute_tool
 per call, from the moment response n was read to the moment request n+1 was made.
 That is an upper bound on the tool's own time (it includes the framework's work
 between the two); ``controller.tool(fn)`` or ``ep.tool_call(...)`` give exact timing,
-and a call whose outcome they recorded gets no second span.
+and a call whose outcome they recorded gets no second span: a call they run with no id
+is matched to the oldest waiting call of its tool (:func:`claim_call`, which
+:meth:`Episode.tool_batch <budgetmix.Episode.tool_batch>` asks) and recorded under its
+id. A failed call's span carries the result's text as its status description.
 
 A framework that sends results back as plain user text (smolagents'
 ``Observation: ...``, without the call id) answers the calls all at once: when a
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from budgetmix.adapters._wire import ParsedResponse, WireKind, answered_calls, history_key
 from budgetmix.adapters._wire.common import SEQUENCES, field, result_text, tool_result
+from budgetmix.call_claims import claim_calls_with
 
 if TYPE_CHECKING:
     from budgetmix.episode import Episode
@@ -95,6 +99,7 @@ def results_sent(episode: Episode, kind: WireKind, body: Mapping[str, Any]) -> N
             end_ns=max(now, call.received_ns),
             error=call.problem or (None if result.ok else "tool_error"),
             content=(call.arguments, result.content),
+            detail=result.detail,
         )
 
 
@@ -110,6 +115,9 @@ def claim_call(episode: Episode, name: str) -> str | None:
     if call_id is not None:
         del pending[call_id]
     return call_id
+
+
+claim_calls_with(claim_call)  # a call run with no id (controller.tool) takes the wire's
 
 
 def _answered_in_text(

@@ -189,7 +189,7 @@ class TransportCore:
             return None
         lib = lib_of(request)
         try:
-            req = TurnRequest(ep, kind, body, self.pricing)
+            req = TurnRequest(ep, kind, body, self.pricing, url=request.url)
         except (BudgetExhausted, EarlyStopped) as exc:
             if self.on_exhausted == "respond":
                 return self._respond(lib, request, kind, body, exc)

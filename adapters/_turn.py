@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
 from budgetmix.adapters._placement import place_observation_notice
+from budgetmix.adapters._server import describe_turn
 from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
 from budgetmix.adapters._tool_spans import calls_received, results_sent
 from budgetmix.adapters._wire import (
@@ -284,7 +285,9 @@ class TurnRequest:
 
     ``sdk_call``: ``body`` is the keyword arguments of an SDK's ``create`` (not encoded
     yet): their content is checked to encode as JSON too (the HTTP transport checks the
-    depth of the body it reads itself, before choosing the episode).
+    depth of the body it reads itself, before choosing the episode). ``url``: where the
+    request goes (the client's base URL, or the request's), for the turn's provider and
+    server attributes.
 
     Raises (from the constructor):
         ConfigError: the request has a shape budgetmix cannot add the notice to, content
@@ -315,6 +318,7 @@ class TurnRequest:
         *,
         sdk_transform: bool = False,
         sdk_call: bool = False,
+        url: Any = None,
     ) -> None:
         self._plain = check_request(kind, body, sdk_call=sdk_call)
         model = body.get("model")
@@ -327,6 +331,7 @@ class TurnRequest:
         self.pricing = pricing
         self._sdk_transform = sdk_transform
         turn = episode.begin_turn(model=self.model)
+        describe_turn(turn, kind, url)
         self.turn: Turn = turn
         self._original = body
         self.body = out = dict(body)
@@ -409,6 +414,7 @@ class TurnRequest:
             finish_reasons=parsed.finish_reasons or None,
             cache_read_tokens=read,
             cache_write_tokens=write,
+            response_id=parsed.response_id,
         )
         if parsed.truncated:
             turn.add_event(sc.BM_EVENT_RESPONSE_TRUNCATED, {sc.BM_WIRE: self.kind})

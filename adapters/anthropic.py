@@ -26,6 +26,9 @@ read from a copy of the client whose HTTP client sends through the budget's gate
 that way (``messages.with_streaming_response``, ``beta.messages``, the SDK's low-level
 ``post``) is budgeted at the HTTP layer, other endpoints pass through, and the legacy
 ``/v1/complete`` raises :class:`~budgetmix.ConfigError` before anything is sent.
+The SDK's own spans (``anthropic`` 2.x traces each call) are off in the wrapper's copies:
+the budget's ``chat`` span, current while the call runs, describes it, and the tokens are
+counted once.
 
 A plain-JSON history (dicts, lists, strings, numbers: what most loops keep) is sent
 through ``extra_body`` without the SDK's per-message request transform, which is the
@@ -132,8 +135,22 @@ class _StreamManager:
             await self._proxy.close()
 
 
+def _untraced(client: Any) -> Any:
+    """A copy of ``client`` with the SDK's own OpenTelemetry spans off (``anthropic``
+    2.x traces each call): the budget's ``chat`` span describes the call, and a second
+    span with the same tokens would count them twice in a backend. ``client`` itself
+    where the SDK has no such option."""
+    try:
+        return client.with_options(open_telemetry=False)
+    except TypeError:  # an SDK without tracing of its own
+        return client
+
+
 class _Wrapper(GuardedWrapper):
     _messages_cls: type[Endpoint] = Endpoint
+
+    def _attach_endpoints(self, client: Any, raw: Any) -> None:
+        super()._attach_endpoints(_untraced(client), _untraced(raw))
 
     def _attach(self, guarded: Any, raw: Any) -> None:
         self.messages = self._messages_cls(self, "anthropic", guarded.messages, raw.messages)

@@ -61,9 +61,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
+from budgetmix import bypass
 from budgetmix.adapters._attribution import DEFAULT_CONVERSATION, Unattributed
 from budgetmix.adapters._deadlines import DEFAULT_READ_IDLE_SECONDS, DEFAULT_READ_TOTAL_SECONDS
 from budgetmix.adapters._endpoints import Target
+from budgetmix.adapters._live import LiveHandle
+from budgetmix.adapters._replies import sdk_safe
 from budgetmix.adapters._sse import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_EVENT_BYTES
 from budgetmix.adapters._transport import (
     CONVERSATION_HEADER,
@@ -76,7 +79,7 @@ from budgetmix.adapters._transport import (
 from budgetmix.adapters.pricing import Pricing
 from budgetmix.episode import Episode
 from budgetmix.events import EpisodeResult
-from budgetmix.exceptions import ProviderError
+from budgetmix.exceptions import ConfigError, ProviderError
 
 if TYPE_CHECKING:
     import httpx2
@@ -110,8 +113,10 @@ __all__ = [
 SleepT = TypeVar("SleepT")
 
 
-class _Transport(Generic[SleepT]):
-    """What the sync and async transports share: their core and the episodes it owns."""
+class _Transport(LiveHandle, Generic[SleepT]):
+    """What the sync and async transports share: their core and the episodes it owns.
+    A copy or a pickle of a transport is the transport itself (frameworks deep-copy the
+    settings they are given: :mod:`budgetmix.adapters._live`)."""
 
     def __init__(
         self,
@@ -140,6 +145,9 @@ class _Transport(Generic[SleepT]):
             read_idle_seconds=read_idle_seconds,
             read_total_seconds=read_total_seconds,
         )
+        controller = target.controller if isinstance(target, Episode) else target
+        if controller is not None:  # an episode that charges nothing then warns
+            bypass.wired(controller, type(self).__name__)
 
     def _inner_for(self, request: Any, name: str) -> Any:
         """The transport that really sends: ``inner``, or the request library's own."""
@@ -234,6 +242,21 @@ class BudgetTransport(_Transport[SyncSleep], httpx.BaseTransport, _Httpx2Base):
         if core.streams(plan, response):
             return core.tapped(plan, response, is_async=False)
         return core.finish_json(plan, response)
+
+    async def handle_async_request(self, request: Any) -> Any:
+        """Refused: a sync transport in an async client would block its event loop (and
+        a framework that finds no async client builds its own, unbudgeted).
+
+        Raises:
+            ConfigError: always; nothing was sent.
+        """
+        raise sdk_safe(
+            ConfigError(
+                "BudgetTransport is sync and was handed to an async client: use "
+                "AsyncBudgetTransport for httpx.AsyncClient / httpx2.AsyncClient (nothing "
+                "was sent)"
+            )
+        )
 
     def close(self) -> None:
         """Close the wrapped transport(s)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from budgetmix.cli._errors import (
 )
 from budgetmix.cli.tracing import add_trace_argument
 from budgetmix.events import EpisodeResult, EpisodeStatus
+from budgetmix.semconv import CAPTURE_CONTENT_ENV
 from rich.console import Console
 from rich.table import Table
 
@@ -53,6 +55,7 @@ class DemoOptions:
     quick: bool = False
     full: bool = False
     trace: str | None = None
+    capture_content: bool = False
 
 
 def _parser() -> CliParser:
@@ -86,6 +89,12 @@ def _parser() -> CliParser:
         help='policy config as JSON, e.g. \'{"notice": {"kind": "at_most", "turns": 2}}\'',
     )
     add_trace_argument(p, None)  # None: OTEL_TRACES_EXPORTER, else jsonl
+    p.add_argument(
+        "--capture-content",
+        action="store_true",
+        help="put message content and tool arguments on the spans (masked), as "
+        f"{CAPTURE_CONTENT_ENV}=true does",
+    )
     return p
 
 
@@ -131,6 +140,7 @@ def parse_demo_args(argv: Sequence[str]) -> DemoOptions:
         quick=args.quick,
         full=args.full,
         trace=args.trace,
+        capture_content=args.capture_content,
     )
 
 
@@ -232,6 +242,8 @@ def _run(args: DemoOptions) -> int:
     from budgetmix.cli.tracing import start_tracing
 
     results: dict[str, Any] = {}
+    if args.capture_content:  # every controller of the run reads it
+        os.environ[CAPTURE_CONTENT_ENV] = "true"
     with blame("--trace"):
         tracing = start_tracing(args.trace, out)
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -50,6 +51,7 @@ from budgetmix.policy import (
 )
 from budgetmix.provider_errors import classify_exception
 from budgetmix.retry import Classifier, RetryPolicy
+from budgetmix.semconv import CAPTURE_CONTENT_ENV
 from budgetmix.stores import LedgerStore, StoredLedger, is_store
 from opentelemetry import metrics, trace
 
@@ -101,7 +103,9 @@ class BudgetController:
         early_stop: consulted after each step.
         hooks: ``on_*`` callbacks.
         retry: backoff for transient provider errors.
-        capture_content: put message content and tool arguments on spans (off by default).
+        capture_content: put message content and tool arguments on spans; by default
+            off unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true``
+            (the GenAI instrumentations' switch).
         warn_fraction: emit ``budgetmix.budget.warning`` when remaining turns fall to this share.
         provider_name: ``gen_ai.provider.name`` for model spans.
 
@@ -122,13 +126,15 @@ class BudgetController:
         hooks: Sequence[Hooks] = (),
         retry: RetryPolicy | None = None,
         classifier: Classifier = classify_exception,
-        capture_content: bool = False,
+        capture_content: bool | None = None,
         warn_fraction: float = 0.2,
         provider_name: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
+        if capture_content is None:
+            capture_content = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
         _check_arguments(
             budget=budget,
             name=name,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from budgetmix import semconv as sc
 from budgetmix._validate import check_call_ids, check_tool_names
 from budgetmix.budget import Budget
+from budgetmix.call_claims import claimed_ids
 from budgetmix.decisions import Closing, EpisodeMachine, TurnAction
 from budgetmix.events import BudgetEvent, EpisodeResult, Mistake, MistakeKind, Recovery
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
@@ -135,6 +136,7 @@ class Episode:
         closing = self._machine.exiting(exc, self.id)
         if closing is not None:
             self._close(closing)
+        self._trace.leave()  # its span is current no more
         if self._ctx_token is not None:
             try:
                 _CURRENT.reset(self._ctx_token)
@@ -253,14 +255,11 @@ class Episode:
             self._event(sc.BM_EVENT_EXHAUSTED, "exhausted", {"dimension": dimension})
             self._trace.exhausted(dimension)
 
-    def _exhausted_error(self, dimension: str) -> BudgetExhausted:
-        return BudgetExhausted(
-            dimension,
-            self.ledger.counts(),
-            self.ledger.limits(),
-            transcript=self.transcript,
-            episode_id=self.id,
-        )
+    def _exhausted_error(self, dim: str, refused: Sequence[str | None] = ()) -> BudgetExhausted:
+        # a refused call's outcome is the stop: the error a framework sends back is no mistake
+        self._outcomes.update(cid for cid in refused if cid)
+        counts, limits = self.ledger.counts(), self.ledger.limits()
+        return BudgetExhausted(dim, counts, limits, transcript=self.transcript, episode_id=self.id)
 
     # -- tools -------------------------------------------------------------------------
     def tool_batch(
@@ -275,27 +274,21 @@ class Episode:
                 ``call_ids`` not one str or ``None`` per name; nothing was charged.
         """
         check_tool_names("names", names)
-        ids = check_call_ids(names, call_ids)
+        ids = claimed_ids(self, names, check_call_ids(names, call_ids))  # the wire's ids
         if names and self._turn is not None and self._turn.grace:
             # the grace turn is a tool-less wrap-up: its tool calls would need another turn
-            raise self._refused_batch(ids, self._machine.exhausted or "turns")
+            raise self._exhausted_error(self._machine.exhausted or "turns", refused=ids)
         blocked = self.ledger.try_charge_tool_batch(names)
         if blocked is not None:
             blocked = self._extend(blocked, lambda: self.ledger.try_charge_tool_batch(names))
             if blocked is not None:
-                raise self._refused_batch(ids, blocked)
+                raise self._exhausted_error(blocked, refused=ids)
         turn = self.turn_number
         spans = self._trace.tool_spans(self._turn_span, names, ids)
         return [
             ToolCall(self, name, cid, turn, span)
             for name, cid, span in zip(names, ids, spans, strict=True)
         ]
-
-    def _refused_batch(self, ids: Sequence[str | None], dimension: str) -> BudgetExhausted:
-        # the calls' outcome is the budget's stop: a result a framework sends back for
-        # one of them (the refusal's text) is no tool's failure
-        self._outcomes.update(cid for cid in ids if cid)
-        return self._exhausted_error(dimension)
 
     def tool_call(self, name: str, call_id: str | None = None) -> ToolCall:
         """A batch of one."""

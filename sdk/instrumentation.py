@@ -10,7 +10,10 @@ points, or into calls of the :class:`~budgetmix.Hooks`.
 * :class:`EpisodeTrace` - one episode's writer: its span, its turns' and tool calls'
   spans, its events, metrics and hook calls;
 * the ``set_*`` functions - what a :class:`~budgetmix.Turn` or
-  :class:`~budgetmix.ToolCall` writes on its own span.
+  :class:`~budgetmix.ToolCall` writes on its own span (from :mod:`budgetmix.step_spans`).
+
+An episode's span is current while its block runs (a turn's while its request runs, a
+tool call's while ``run`` runs it), so SDK, HTTP and user spans nest under them.
 
 Writes happen only on spans that record, so a no-op tracer costs (almost) nothing
 here. ``tests/sdk/test_otel_shapes.py`` pins the shapes.
@@ -24,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
+from budgetmix import bypass
 from budgetmix import semconv as sc
 from budgetmix._version import __version__
 from budgetmix.budget import DIMENSIONS
@@ -31,15 +35,25 @@ from budgetmix.events import EpisodeResult, Mistake, Recovery
 from budgetmix.genai_content import input_messages, last_text
 from budgetmix.hooks import Hooks
 from budgetmix.ledger import LedgerState
+from budgetmix.step_spans import (
+    add_span_event,
+    enter_span,
+    exit_span,
+    record_duration,
+    record_tokens,
+    set_error,
+    set_turn_content,
+    set_usage,
+    wire_tool_span,
+)
 from budgetmix.trace_content import (
     FAILED_STATUSES,
     set_content,
     set_episode_content,
     set_outcome,
-    write_turn_content,
 )
 from opentelemetry import metrics, trace
-from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanKind
 
 if TYPE_CHECKING:
     from budgetmix.episode import Episode
@@ -51,15 +65,30 @@ __all__ = [
     "Instrumentation",
     "add_span_event",
     "call_hooks",
+    "enter_span",
+    "exit_span",
+    "record_duration",
+    "record_tokens",
     "set_content",
     "set_error",
     "set_turn_content",
     "set_usage",
     "tracer_is_no_op",
+    "typed",
     "wire_tool_span",
 ]
 
 log = logging.getLogger("budgetmix")
+
+
+_COUNTED = frozenset({"turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens"})
+
+
+def typed(dimension: str, value: float) -> float:
+    """``value`` of ``dimension`` as the type its attributes always have: an int for a
+    counted dimension (turns, tool calls, tokens), a float for cost and wall time (so
+    ``budgetmix.budget.turns.remaining`` is ``0`` at zero, not ``0.0``)."""
+    return int(value) if dimension in _COUNTED else float(value)
 
 
 def tracer_is_no_op(tracer: trace.Tracer) -> bool:
@@ -87,15 +116,26 @@ def call_hooks(
             errors.append(f"{type(hook).__name__}.{method}: {type(exc).__name__}")
 
 
+#: The turns histogram's buckets: one per small number of turns (an SDK's default
+#: buckets, 0, 5, 10, 25, ..., put 1-5 turns in one).
+TURN_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
+#: The GenAI conventions' advised buckets of ``gen_ai.client.token.usage``.
+TOKEN_BUCKETS = tuple(4**i for i in range(14))
+#: The GenAI conventions' advised buckets of ``gen_ai.client.operation.duration`` (s).
+DURATION_BUCKETS = tuple(0.01 * 2**i for i in range(14))
+
+
 class Instrumentation:
     """A controller's tracer, metric instruments and hooks (shared by its episodes)."""
 
     __slots__ = (
         "content_traces",
         "hooks",
+        "m_duration",
         "m_exhaustions",
         "m_mistakes",
         "m_recoveries",
+        "m_tokens",
         "m_turns",
         "tracer",
     )
@@ -111,11 +151,36 @@ class Instrumentation:
         self.tracer = trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("budgetmix", __version__, meter_provider=meter_provider)
         self.m_turns = meter.create_histogram(
-            sc.BM_METRIC_EPISODE_TURNS, unit="{turn}", description="Turns used per episode"
+            sc.BM_METRIC_EPISODE_TURNS,
+            unit="{turn}",
+            description="Turns an episode used, by agent and outcome",
+            explicit_bucket_boundaries_advisory=TURN_BUCKETS,
         )
-        self.m_exhaustions = meter.create_counter(sc.BM_METRIC_EXHAUSTIONS, unit="{episode}")
-        self.m_mistakes = meter.create_counter(sc.BM_METRIC_MISTAKES, unit="{mistake}")
-        self.m_recoveries = meter.create_counter(sc.BM_METRIC_RECOVERIES, unit="{recovery}")
+        self.m_exhaustions = meter.create_counter(
+            sc.BM_METRIC_EXHAUSTIONS,
+            unit="{episode}",
+            description="Episodes whose budget refused a turn or a tool batch, by dimension",
+        )
+        self.m_mistakes = meter.create_counter(
+            sc.BM_METRIC_MISTAKES, unit="{mistake}", description="Agent mistakes, by kind"
+        )
+        self.m_recoveries = meter.create_counter(
+            sc.BM_METRIC_RECOVERIES,
+            unit="{recovery}",
+            description="Successful steps after one or more mistakes",
+        )
+        self.m_tokens = meter.create_histogram(
+            sc.GEN_AI_CLIENT_TOKEN_USAGE,
+            unit="{token}",
+            description="Number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+        )
+        self.m_duration = meter.create_histogram(
+            sc.GEN_AI_CLIENT_OPERATION_DURATION,
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
         # the open episodes that capture content, for their turns to tell their task
         # and last reply (only those: nothing is kept when capture is off)
         self.content_traces: WeakKeyDictionary[object, EpisodeTrace] = WeakKeyDictionary()
@@ -145,6 +210,7 @@ class EpisodeTrace:
         "_hooks",
         "_inst",
         "_no_op",
+        "_token",
         "answer",
         "span",
         "task",
@@ -157,6 +223,7 @@ class EpisodeTrace:
         self._errors = hook_errors
         self._no_op: bool | None = None  # decided once per episode, when first asked
         self.span: trace.Span = trace.INVALID_SPAN
+        self._token: object | None = None  # the context that makes the span current
         self.task: str | None = None  # with content capture: the span's input and output
         self.answer: str | None = None
         if episode.controller.capture_content:
@@ -164,7 +231,8 @@ class EpisodeTrace:
 
     # -- spans -------------------------------------------------------------------------
     def start(self, parent: EpisodeTrace | None) -> None:
-        """Open the ``invoke_agent {name}`` span (a child of ``parent``'s, if given)."""
+        """Open the ``invoke_agent {name}`` span (a child of ``parent``'s, if given) and
+        make it current until :meth:`leave`."""
         ep = self._episode
         c = ep.controller
         ctx = trace.set_span_in_context(parent.span) if parent is not None else None
@@ -185,8 +253,14 @@ class EpisodeTrace:
                 span.set_attribute(k, v)
             for dim, lim in ep.ledger.limits().items():
                 if lim is not None:
-                    span.set_attribute(sc.bm_limit(dim), lim)
+                    span.set_attribute(sc.bm_limit(dim), typed(dim, lim))
         self.span = span
+        self._token = enter_span(span)
+
+    def leave(self) -> None:
+        """The episode's block was left: its span is current no more."""
+        exit_span(self._token)
+        self._token = None
 
     def trace_id(self) -> str | None:
         """The episode's trace id as 32 hex digits (``None`` when no span records)."""
@@ -269,7 +343,9 @@ class EpisodeTrace:
     def exhausted(self, dimension: str) -> None:
         """A limit refused a turn or a tool batch, the first time in the episode: the
         exhaustions metric and ``on_exhausted``."""
-        self._inst.m_exhaustions.add(1, {"dimension": dimension})
+        self._inst.m_exhaustions.add(
+            1, {"dimension": dimension, sc.GEN_AI_AGENT_NAME: self._episode.name}
+        )
         if self._hooks:
             call_hooks(self._hooks, "on_exhausted", self._episode, self._errors, dimension)
 
@@ -295,7 +371,9 @@ class EpisodeTrace:
             if mistake.call_id:
                 attrs[sc.GEN_AI_TOOL_CALL_ID] = mistake.call_id
             span.add_event(sc.BM_EVENT_MISTAKE, attrs)
-        self._inst.m_mistakes.add(1, {"kind": str(mistake.kind)})
+        self._inst.m_mistakes.add(
+            1, {"kind": str(mistake.kind), sc.GEN_AI_AGENT_NAME: self._episode.name}
+        )
         if self._hooks:
             call_hooks(self._hooks, "on_mistake", self._episode, self._errors, mistake)
 
@@ -311,7 +389,7 @@ class EpisodeTrace:
                     sc.BM_RECOVERY_TURNS: recovery.turns_to_recover,
                 },
             )
-        self._inst.m_recoveries.add(1)
+        self._inst.m_recoveries.add(1, {sc.GEN_AI_AGENT_NAME: self._episode.name})
         if self._hooks:
             call_hooks(self._hooks, "on_recovery", self._episode, self._errors, recovery)
 
@@ -347,16 +425,22 @@ class EpisodeTrace:
             used, limits = result.used, result.limits
             for dim in DIMENSIONS:
                 lim = limits[dim]
-                span.set_attribute(sc.bm_used(dim), used[dim])
+                span.set_attribute(sc.bm_used(dim), typed(dim, used[dim]))
                 if lim is not None:
-                    span.set_attribute(sc.bm_limit(dim), lim)
-                    span.set_attribute(sc.bm_remaining(dim), max(0.0, lim - used[dim]))
+                    span.set_attribute(sc.bm_limit(dim), typed(dim, lim))
+                    left = typed(dim, max(0, lim - used[dim]))
+                    span.set_attribute(sc.bm_remaining(dim), left)
             set_outcome(span, result)
             if self._episode.controller.capture_content:
                 self._inst.content_traces.pop(self._episode, None)
                 set_episode_content(span, self.task, self.answer, result.final_output)
         span.end()
-        self._inst.m_turns.record(result.used["turns"], {"status": str(result.status)})
+        if self._episode.parent is None:  # charged nothing beside a budgeted client: say so
+            bypass.episode_closed(self._episode.controller, result)
+        self._inst.m_turns.record(
+            int(result.used["turns"]),
+            {"status": str(result.status), sc.GEN_AI_AGENT_NAME: result.name},
+        )
         if self._hooks:
             call_hooks(self._hooks, "on_finish", self._episode, self._errors, result)
 
@@ -372,104 +456,3 @@ class EpisodeTrace:
         answer = last_text(outputs, "assistant")
         if answer is not None:
             self.answer = answer
-
-
-
-# -- what a turn or a tool call writes on its own span ----------------------------------
-def set_usage(
-    span: trace.Span,
-    *,
-    input_tokens: int,
-    output_tokens: int,
-    cache_read_tokens: int,
-    cache_write_tokens: int,
-    response_model: str | None,
-    finish_reasons: Sequence[str] | None,
-) -> None:
-    """A response's usage on its turn's span."""
-    span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
-    span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
-    if cache_read_tokens:
-        span.set_attribute(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cache_read_tokens)
-    if cache_write_tokens:
-        span.set_attribute(sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_write_tokens)
-    if response_model:
-        span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response_model)
-    if finish_reasons:
-        span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, list(finish_reasons))
-
-
-def set_turn_content(
-    inst: Instrumentation,
-    episode: object,
-    span: trace.Span,
-    *,
-    inputs: Any = None,
-    outputs: Any = None,
-    system: Any = None,
-    finish_reason: Any = None,
-    notice: str | None = None,
-) -> None:
-    """A turn's content in the GenAI conventions' parts format
-    (:mod:`budgetmix.genai_content` reads chat, Responses, Anthropic and neutral
-    messages), credentials masked; the episode's trace learns its task and answer."""
-    parts_in, parts_out = write_turn_content(span, inputs, outputs, system, finish_reason)
-    try:
-        trace_ = inst.content_traces.get(episode)
-    except TypeError:  # a turn owner that is no Episode (cannot be weakly referenced)
-        return
-    if trace_ is not None:
-        trace_.turn_content(parts_in, parts_out, notice)
-
-
-def add_span_event(
-    span: trace.Span, name: str, attributes: Mapping[str, str | int | float | bool] | None
-) -> None:
-    """An event a caller attaches to a turn (``budgetmix.usage_missing``)."""
-    span.add_event(name, dict(attributes or {}))
-
-
-def set_error(span: trace.Span, error_type: str) -> None:
-    """Mark ``span`` failed with ``error.type``."""
-    span.set_attribute(sc.ERROR_TYPE, error_type)
-    span.set_status(Status(StatusCode.ERROR))
-
-
-def wire_tool_span(
-    tracer: trace.Tracer,
-    parent: trace.Span,
-    name: str,
-    call_id: str,
-    *,
-    start_ns: int,
-    end_ns: int,
-    error: str | None,
-    content: tuple[Any, Any] | None,
-) -> None:
-    """One ended ``execute_tool {name}`` span, a child of ``parent`` (the turn whose
-    response made the call), for a call the agent ran itself, timed from the wire
-    (``budgetmix.tool.timing=wire``: an upper bound); ``error``: its ``error.type``;
-    ``content``: ``(arguments, result)``, given only when content is captured."""
-    attrs: dict[str, str] = {
-        sc.GEN_AI_OPERATION_NAME: "execute_tool",
-        sc.GEN_AI_TOOL_NAME: name,
-        sc.GEN_AI_TOOL_TYPE: "function",
-        sc.GEN_AI_TOOL_CALL_ID: call_id,
-        sc.BM_TOOL_TIMING: "wire",
-    }
-    span = tracer.start_span(
-        f"execute_tool {name}",
-        context=trace.set_span_in_context(parent),
-        kind=SpanKind.INTERNAL,
-        attributes=attrs,
-        start_time=start_ns,
-    )
-    if span.is_recording():
-        arguments, result = content if content is not None else (None, None)
-        if arguments is not None:
-            set_content(span, sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
-        if result is not None:
-            set_content(span, sc.GEN_AI_TOOL_CALL_RESULT, result)
-        if error is not None:
-            set_error(span, error)
-    span.end(end_time=end_ns)

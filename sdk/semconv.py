@@ -48,9 +48,15 @@ __all__ = [
     "BM_TURN",
     "BM_USAGE_INVALID",
     "BM_WIRE",
+    "CAPTURE_CONTENT_ENV",
     "ERROR_TYPE",
+    "EXCEPTION_EVENT",
+    "EXCEPTION_MESSAGE",
+    "EXCEPTION_TYPE",
     "GEN_AI_AGENT_ID",
     "GEN_AI_AGENT_NAME",
+    "GEN_AI_CLIENT_OPERATION_DURATION",
+    "GEN_AI_CLIENT_TOKEN_USAGE",
     "GEN_AI_CONVERSATION_ID",
     "GEN_AI_INPUT_MESSAGES",
     "GEN_AI_OPERATION_NAME",
@@ -58,8 +64,10 @@ __all__ = [
     "GEN_AI_PROVIDER_NAME",
     "GEN_AI_REQUEST_MODEL",
     "GEN_AI_RESPONSE_FINISH_REASONS",
+    "GEN_AI_RESPONSE_ID",
     "GEN_AI_RESPONSE_MODEL",
     "GEN_AI_SYSTEM_INSTRUCTIONS",
+    "GEN_AI_TOKEN_TYPE",
     "GEN_AI_TOOL_CALL_ARGUMENTS",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_CALL_RESULT",
@@ -73,6 +81,8 @@ __all__ = [
     "OI_INPUT_VALUE",
     "OI_OUTPUT_MIME_TYPE",
     "OI_OUTPUT_VALUE",
+    "SERVER_ADDRESS",
+    "SERVER_PORT",
     "bm_detail",
     "bm_limit",
     "bm_remaining",
@@ -100,7 +110,21 @@ GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # on gen_ai.client.token.usage: input / output
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 ERROR_TYPE = "error.type"
+# the exception event (OpenTelemetry's semantic conventions for exceptions)
+EXCEPTION_EVENT = "exception"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+# the GenAI client metrics
+GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+#: The conventional switch of content capture (``true``: message content and tool
+#: arguments on spans, when a controller is not told otherwise).
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 # OpenInference's input and output of a span (Arize Phoenix shows them in its lists of
 # traces and agents; it maps no GenAI attribute to them), on the episode span only.
 OI_INPUT_VALUE = "input.value"

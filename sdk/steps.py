@@ -20,14 +20,6 @@ from budgetmix import semconv as sc
 from budgetmix._validate import check_int
 from budgetmix.events import MistakeKind, exception_text, mistake_kind
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, ConfigError
-from budgetmix.instrumentation import (
-    add_span_event,
-    set_content,
-    set_error,
-    set_turn_content,
-    set_usage,
-    wire_tool_span,
-)
 from budgetmix.ledger import Ledger
 from budgetmix.notice import (
     with_notice_anthropic,
@@ -36,6 +28,19 @@ from budgetmix.notice import (
 )
 from budgetmix.provider_errors import map_provider_error, nothing_sent
 from budgetmix.retry import acall_with_retry, call_with_retry
+from budgetmix.step_spans import (
+    add_span_event,
+    call_arguments,
+    enter_span,
+    exit_span,
+    record_duration,
+    record_tokens,
+    set_error,
+    set_turn_content,
+    set_usage,
+    wire_tool_span,
+)
+from budgetmix.trace_content import set_content
 from opentelemetry.trace import Span
 
 if TYPE_CHECKING:
@@ -95,6 +100,7 @@ class Turn:
     __slots__ = (
         "_charged",
         "_ended",
+        "_provider",
         "_recording",
         "_span",
         "episode",
@@ -125,6 +131,7 @@ class Turn:
         # whether this turn holds a charge in the ledger (grace turns never do; a
         # request that failed after retries gives its charge back)
         self._charged = not grace
+        self._provider: str | None = None  # what the wrapper or transport told
 
     # -- notice injection (new lists; the caller's history is never touched) -------
     def openai_chat(self, messages: Sequence[Any]) -> list[Any]:
@@ -152,8 +159,11 @@ class Turn:
         finish_reasons: Sequence[str] | None = None,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        response_id: str | None = None,
     ) -> None:
-        """Record what the response consumed (tokens and cost are known only now).
+        """Record what the response consumed (tokens and cost are known only now), on the
+        turn's span (``response_id``: the provider's id, ``gen_ai.response.id``) and as
+        ``gen_ai.client.token.usage`` points.
 
         ``input_tokens`` counts every input token the model processed, including the
         ``cache_read_tokens`` served from and ``cache_write_tokens`` written to the
@@ -181,7 +191,39 @@ class Turn:
                 cache_write_tokens=cache_write_tokens,
                 response_model=response_model,
                 finish_reasons=finish_reasons,
+                response_id=response_id,
             )
+        inst = self.episode.controller.instrumentation
+        record_tokens(inst, self._metric_attributes(), input_tokens, output_tokens)
+
+    def describe(
+        self,
+        *,
+        provider: str | None = None,
+        server_address: str | None = None,
+        server_port: int | None = None,
+    ) -> None:
+        """The request's provider (``gen_ai.provider.name``, unless the controller names
+        one) and server (address, port), on the turn's span and its metric points."""
+        c = self.episode.controller
+        self._provider = c.provider_name or provider
+        if not (self._recording and self._span.is_recording()):
+            return
+        if provider and not c.provider_name:
+            self._span.set_attribute(sc.GEN_AI_PROVIDER_NAME, provider)
+        if server_address:
+            self._span.set_attribute(sc.SERVER_ADDRESS, server_address)
+        if server_port is not None:
+            self._span.set_attribute(sc.SERVER_PORT, server_port)
+
+    def _metric_attributes(self) -> dict[str, str]:
+        attrs = {sc.GEN_AI_OPERATION_NAME: "chat"}
+        provider = self._provider or self.episode.controller.provider_name
+        if provider:
+            attrs[sc.GEN_AI_PROVIDER_NAME] = provider
+        if self.model:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = self.model
+        return attrs
 
     def record_content(
         self,
@@ -227,11 +269,13 @@ class Turn:
         end_ns: int,
         error: str | None = None,
         content: tuple[Any, Any] | None = None,
+        detail: str = "",
     ) -> None:
         """Write the ``execute_tool`` span (a child of this turn's) of a call this turn's
         response made and the agent ran itself, timed from the wire: from the response
         to the request carrying its result, an upper bound. ``content``: ``(arguments,
-        result)``, attached only when the controller captures content. The outcome is
+        result)``, attached only when the controller captures content; ``detail``: a
+        failed call's error text. The outcome is
         :meth:`Episode.record_tool_result <budgetmix.Episode.record_tool_result>`'s."""
         if not self._recording:
             return  # a no-op span: its children are no-ops too
@@ -247,6 +291,7 @@ class Turn:
             end_ns=end_ns,
             error=error,
             content=captured,
+            detail=detail,
         )
 
     def failed(self, exc: BaseException) -> BudgetmixError:
@@ -282,8 +327,10 @@ class Turn:
         request gave its turn back), so it may raise :class:`BudgetExhausted`."""
         self._charge_for_send()
         c = self.episode.controller
+        token = enter_span(self._span) if self._recording else None
+        start = time.perf_counter()
         try:
-            return call_with_retry(
+            result = call_with_retry(
                 fn,
                 c.retry,
                 wall_left=self.episode.ledger.wall_left,
@@ -294,7 +341,12 @@ class Turn:
         except BudgetExhausted:
             raise
         except Exception as exc:
+            self._called(start, type(exc).__name__)
             raise self.failed(exc) from exc
+        finally:
+            exit_span(token)
+        self._called(start, None)
+        return result
 
     async def acall(
         self,
@@ -305,8 +357,10 @@ class Turn:
         """Async twin of :meth:`call`."""
         self._charge_for_send()
         c = self.episode.controller
+        token = enter_span(self._span) if self._recording else None
+        start = time.perf_counter()
         try:
-            return await acall_with_retry(
+            result = await acall_with_retry(
                 fn,
                 c.retry,
                 wall_left=self.episode.ledger.wall_left,
@@ -317,7 +371,17 @@ class Turn:
         except BudgetExhausted:
             raise
         except Exception as exc:
+            self._called(start, type(exc).__name__)
             raise self.failed(exc) from exc
+        finally:
+            exit_span(token)
+        self._called(start, None)
+        return result
+
+    def _called(self, start: float, error: str | None) -> None:
+        # the call's gen_ai.client.operation.duration (retries and their waits included)
+        inst = self.episode.controller.instrumentation
+        record_duration(inst, self._metric_attributes(), time.perf_counter() - start, error)
 
     def _charge_for_send(self) -> None:
         # a request refunded after its failure is charged again before it is resent
@@ -333,7 +397,7 @@ class Turn:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self._span.is_recording():
-            set_error(self._span, type(exc).__name__)
+            set_error(self._span, type(exc).__name__, exc=exc)
         self.end()
 
 
@@ -341,7 +405,7 @@ class ToolCall:
     """One tool call of a pre-checked batch; records success or failure and its span.
     ``episode`` is the episode that charged it."""
 
-    __slots__ = ("_span", "call_id", "episode", "error", "name", "ok", "result", "turn")
+    __slots__ = ("_argued", "_span", "call_id", "episode", "error", "name", "ok", "result", "turn")
 
     def __init__(
         self, episode: ToolOwner, name: str, call_id: str | None, turn: int, span: Span
@@ -354,11 +418,18 @@ class ToolCall:
         self.ok: bool | None = None
         self.error: str | None = None
         self.result: Any = None
+        self._argued = False  # arguments recorded already
 
     def record_arguments(self, arguments: Any) -> None:
         """Attach the call's arguments to its span, only when content capture is enabled."""
         if self.episode.controller.capture_content and self._span.is_recording():
+            self._argued = True
             set_content(self._span, sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
+
+    def _run_arguments(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
+        # what run()/arun() pass, unless recorded already; only when content is captured
+        if not self._argued and self.episode.controller.capture_content:
+            self.record_arguments(call_arguments(fn, args, kwargs))
 
     def succeed(self, result: Any = None) -> None:
         """Mark the call successful (a recovery if mistakes were pending)."""
@@ -383,23 +454,38 @@ class ToolCall:
         mistake = mistake_kind(kind)
         if not isinstance(detail, str):
             raise ConfigError(f"detail must be a str, got {type(detail).__name__}")
+        self._failed(detail, mistake, None)
+
+    def _failed(self, detail: str, mistake: MistakeKind, exc: BaseException | None) -> None:
         self.ok, self.error = False, detail
-        if self._span.is_recording():
-            set_error(self._span, str(mistake))
+        if self._span.is_recording():  # its error text explains it (an exception event)
+            set_error(self._span, str(mistake), description=detail or str(mistake), exc=exc)
         self.episode.tool_finished(self, mistake, detail)
         self._span.end()
 
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Call ``fn(*args, **kwargs)`` as this call; an exception is recorded, re-raised."""
+        """Call ``fn(*args, **kwargs)`` as this call, its span current (spans ``fn`` makes
+        are its children); with content capture its arguments go on the span; an
+        exception is recorded, re-raised."""
+        self._run_arguments(fn, args, kwargs)
         with self:
-            result = fn(*args, **kwargs)
+            token = enter_span(self._span)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                exit_span(token)
             self.succeed(result)
             return result
 
     async def arun(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """Async twin of :meth:`run`."""
+        self._run_arguments(fn, args, kwargs)
         with self:
-            result = await fn(*args, **kwargs)
+            token = enter_span(self._span)
+            try:
+                result = await fn(*args, **kwargs)
+            finally:
+                exit_span(token)
             self.succeed(result)
             return result
 
@@ -407,8 +493,8 @@ class ToolCall:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is not None:
+        if exc is not None and self.ok is None:
             # a broken __str__ must not replace the tool's exception nor lose its mistake
-            self.fail(exception_text(exc))
+            self._failed(exception_text(exc), MistakeKind.TOOL_ERROR, exc)
         elif self.ok is None:
             self.succeed()

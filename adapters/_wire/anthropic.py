@@ -80,7 +80,7 @@ def read_usage(out: ParsedResponse, usage: Any) -> None:
 
 def read(obj: Any) -> ParsedResponse:
     """A whole response (``type: message``)."""
-    out = ParsedResponse(model=as_str(field(obj, "model")))
+    out = ParsedResponse(model=as_str(field(obj, "model")), response_id=as_str(field(obj, "id")))
     read_usage(out, field(obj, "usage"))
     reason = field(obj, "stop_reason")
     if reason and isinstance(reason, str):
@@ -121,6 +121,7 @@ class StreamReader:
             self._started = True
             msg = field(event, "message")
             out.model = as_str(field(msg, "model"))
+            out.response_id = as_str(field(msg, "id"))
             read_usage(out, field(msg, "usage"))
         elif kind == "content_block_start":
             block = field(event, "content_block")

@@ -77,7 +77,9 @@ def read(obj: Any, *, choices: int | None = None) -> ParsedResponse:
     """A whole response: every choice's text, tool calls and finish reason (the first
     ``choices`` only, when given)."""
     get = reader(obj)
-    out = ParsedResponse(model=as_str(get(obj, "model", None)))
+    out = ParsedResponse(
+        model=as_str(get(obj, "model", None)), response_id=as_str(get(obj, "id", None))
+    )
     read_usage(out, get(obj, "usage", None))
     found = as_seq(get(obj, "choices", None))
     if not found:
@@ -131,6 +133,7 @@ class StreamReader:
         get = reader(chunk)  # one reader per object: C-level reads of dicts and SDK models
         if out.model is None:
             out.model = as_str(get(chunk, "model", None))
+            out.response_id = as_str(get(chunk, "id", None))
         usage = get(chunk, "usage", None)
         if usage is not None:
             read_usage(out, usage)

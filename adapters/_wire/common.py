@@ -196,7 +196,7 @@ class ParsedResponse:
     text: str = ""
     empty: bool = False
     truncated: bool = False
-    response_id: str | None = None  # the provider's id of the response (Responses chains)
+    response_id: str | None = None  # the provider's id of the response (gen_ai.response.id)
 
     def add_call(self, call_id: Any, name: Any, arguments: Any) -> None:
         """Add a call read from the wire: ``call_id`` and ``name`` count when they are
