@@ -283,15 +283,11 @@ class OptimalPolicy:
 
     def aware_move(self, state: int, turns_remaining: int) -> int:
         """The action id that maximises success within ``turns_remaining`` turns (the fastest)."""
-        import numpy as np
-
         t = max(1, turns_remaining)
         if self._q is None or self._q.shape[0] <= t:
             self._q = finite_horizon_values(self.model, max(t, 64))[1]
         q_gamma = self._discounted()[0]
-        q = self._q[t, state]
-        optimal = q >= q.max() - 1e-12
-        return int(np.where(optimal, q_gamma[state], -np.inf).argmax())
+        return int(core.fastest_best(self._q[t, state], q_gamma[state]))
 
     def move(self, state: int, turns_remaining: int | None) -> int:
         """:meth:`aware_move`, or :meth:`blind_move` when ``turns_remaining`` is ``None``."""
