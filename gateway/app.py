@@ -129,11 +129,13 @@ class Gateway:
         timeout = httpx.Timeout(config.timeout_seconds, connect=10.0)
         limits = httpx.Limits(max_connections=2000, max_keepalive_connections=500)
         inner = upstream if upstream is not None else httpx.AsyncHTTPTransport(limits=limits)
-        budgeted = AsyncBudgetTransport(inner, None, on_exhausted="raise")
-        self.client = httpx.AsyncClient(transport=budgeted, timeout=timeout)
+        # requests go to the transports themselves: an httpx client's own layers (auth,
+        # redirects, cookies) would only add to every call, and a proxy needs none of them
+        self._timeout = timeout.as_dict()
+        self.budgeted = AsyncBudgetTransport(inner, None, on_exhausted="raise")
         # unbudgeted requests (other paths; the store down under fail_open) skip the
         # budget transport, which would attribute them to some other open episode
-        self.plain = httpx.AsyncClient(transport=inner, timeout=timeout)
+        self.plain = inner
         self.admin = Admin(config, self.store)
 
     # -- ASGI --------------------------------------------------------------------------
@@ -157,8 +159,7 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Close the upstream connections and the store."""
-        await self.client.aclose()
-        await self.plain.aclose()
+        await self.budgeted.aclose()
         self.store.close()
 
     async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
@@ -181,7 +182,7 @@ class Gateway:
             return
         request = self._request(scope, kind, raw, body)
         if kind is None:
-            await self._forward(self.plain, request, send, kind)
+            await self._forward(request, send, kind)
         else:
             await self._budgeted(kind, headers, body, request, send)
 
@@ -200,7 +201,8 @@ class Gateway:
         keep = [(k, v) for k, v in raw if k.lower() not in _HOP and k.lower() not in _OURS]
         if kind is not None:  # the conversation header is budgetmix's: the transport drops it
             keep += [(k, v) for k, v in raw if k.lower() == b"x-budgetmix-conversation"]
-        return self.client.build_request(scope["method"], url, headers=keep, content=body)
+        return httpx.Request(scope["method"], url, headers=keep, content=body,
+                             extensions={"timeout": self._timeout})  # fmt: skip
 
     # -- a budgeted request ------------------------------------------------------------
     def episode(self, tenant: str, conversation: str) -> Episode:
@@ -259,7 +261,7 @@ class Gateway:
         )
         with episode, keyed:
             try:
-                response = await self.client.send(request, stream=True)
+                response = await self.budgeted.handle_async_request(request)
             except (BudgetExhausted, EarlyStopped) as exc:
                 respond = self.config.on_exhausted == "respond"
                 await exhausted_reply(send, kind, data, f"[budget: {exc}]", respond=respond)
@@ -287,7 +289,7 @@ class Gateway:
     ) -> None:
         if self.config.fail_open:
             log.warning("budgetmix gateway: %s; forwarding unbudgeted (fail_open)", exc)
-            await self._forward(self.plain, request, send, kind)
+            await self._forward(request, send, kind)
             return
         log.error("budgetmix gateway: %s; refused (fail closed)", exc)
         await error_reply(send, kind, 503, "the budget store is unavailable; nothing was sent "
@@ -300,11 +302,9 @@ class Gateway:
             log.error("budgetmix gateway: %s; response %s not linked", exc, response_id)
 
     # -- passing bytes on --------------------------------------------------------------
-    async def _forward(
-        self, client: httpx.AsyncClient, request: httpx.Request, send: Send, kind: WireKind | None
-    ) -> None:
+    async def _forward(self, request: httpx.Request, send: Send, kind: WireKind | None) -> None:
         try:
-            response = await client.send(request, stream=True)
+            response = await self.plain.handle_async_request(request)
         except httpx.HTTPError as exc:
             await error_reply(send, kind, 502, f"upstream: {exc}", "upstream_error")
             return
