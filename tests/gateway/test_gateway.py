@@ -199,3 +199,38 @@ def test_an_idempotency_key_charges_a_retried_request_once(fake: FakeLLMServer) 
     tenant = tenant_of({"authorization": "Bearer sk-a"}, None)
     assert store.read(conversation_key(tenant, "i")).used["turns"] == 1  # type: ignore[union-attr]
     assert store.read(tenant_key(tenant, 86400)) is None  # no tenant budget configured
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+def test_the_store_down_fails_closed_unless_fail_open(
+    fake: FakeLLMServer, fail_open: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("redis", reason="the redis client is the budgetmix[redis] extra")
+    from _servers import free_port
+    from budgetmix.stores.redis import RedisStore
+
+    down = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout=1.0)  # nothing listens
+    config = GatewayConfig(upstream=fake.root_url, fail_open=fail_open)
+    with GatewayThread(config, store=down) as gw:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant", max_retries=0)
+        if fail_open:
+            reply = client.messages.create(model="c", max_tokens=8, messages=USER)
+            assert reply.content[0].text == "done"
+        else:
+            with pytest.raises(anthropic.APIStatusError, match="budget store is unavailable") as e:
+                client.messages.create(model="c", max_tokens=8, messages=USER)
+            assert e.value.status_code == 503
+    assert len(fake.model_requests()) == (1 if fail_open else 0)
+    assert ("forwarding unbudgeted (fail_open)" in caplog.text) is fail_open
+
+
+def test_a_responses_conversation_names_the_budget(fake: FakeLLMServer) -> None:
+    store = MemoryStore()
+    with gateway(fake, store) as gw:
+        client = chat(gw)
+        client.responses.create(model="m", input="hi", extra_body={"conversation": "conv_1"})
+        client.responses.create(model="m", input="hi",
+                                extra_body={"conversation": {"id": "conv_1"}})
+    tenant = tenant_of({"authorization": "Bearer sk-a"}, None)
+    assert store.read(conversation_key(tenant, "conv_1")).used["turns"] == 2  # type: ignore[union-attr]
+    assert store.read(conversation_key(tenant, "default")) is None
