@@ -151,3 +151,22 @@ def test_pin_kernels_keeps_a_value_already_set() -> None:
     assert pin_kernels(env) == {**PINNED_KERNELS, "MKL_CBWR": "COMPATIBLE"}
     assert env == {**PINNED_KERNELS, "MKL_CBWR": "COMPATIBLE"}
     assert os.environ["ATEN_CPU_CAPABILITY"]  # the test session pins them (conftest)
+
+
+def test_the_demo_summary_prints_the_fingerprint_after_the_experiment(tmp_path: Path) -> None:
+    from budgetmix.cli.demo_summary import DemoResults, summary_lines
+
+    root = _run_dir(tmp_path / "experiment")
+    summary = root / "summary.json"
+    summary.write_text(json.dumps({"config": CONFIG}))
+    report = {
+        "comparison": [],
+        "config": {**CONFIG, "threads": 1},
+        "files": {"summary": str(summary)},
+    }
+    lines = summary_lines(tmp_path, DemoResults(train={"report": report}, traces="spans"))
+    shown = [line for line in lines if "fingerprint" in line]
+    recorded = read_fingerprint(summary)
+    assert recorded is not None and len(shown) == 1
+    assert shown[0].startswith(f"   fingerprint {recorded['digest'][:16]} ({summary}): ")
+    assert str(DEMO_REFERENCE) in shown[0]
