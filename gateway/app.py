@@ -23,9 +23,8 @@ from typing import Any
 import httpx
 from budgetmix import BudgetController, BudgetExhausted, ConfigError, EarlyStopped, NotifyEveryTurn
 from budgetmix.adapters._sse import EventStreamDecoder
-from budgetmix.adapters._transport import wire_kind
 from budgetmix.adapters._wire import WireKind
-from budgetmix.adapters.http import AsyncBudgetTransport
+from budgetmix.adapters.http import AsyncBudgetTransport, wire_kind
 from budgetmix.episode import Episode
 from budgetmix.exceptions import ProviderError
 from budgetmix.gateway.admin import Admin
