@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -129,6 +130,8 @@ class Instrumentation:
     """A controller's tracer, metric instruments and hooks (shared by its episodes)."""
 
     __slots__ = (
+        "_meter_given",
+        "_meters_until",
         "content_traces",
         "hooks",
         "m_duration",
@@ -150,6 +153,8 @@ class Instrumentation:
         self.hooks = hooks
         self.tracer = trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("budgetmix", __version__, meter_provider=meter_provider)
+        self._meter_given = meter_provider is not None
+        self._meters_until = -1.0  # meters(): "no" holds until then (monotonic s)
         self.m_turns = meter.create_histogram(
             sc.BM_METRIC_EPISODE_TURNS,
             unit="{turn}",
@@ -184,6 +189,20 @@ class Instrumentation:
         # the open episodes that capture content, for their turns to tell their task
         # and last reply (only those: nothing is kept when capture is off)
         self.content_traces: WeakKeyDictionary[object, EpisodeTrace] = WeakKeyDictionary()
+
+    def meters(self) -> bool:
+        """Whether metric points can be recorded now: a meter provider was given, or an
+        SDK one is installed globally (the API's own record nothing, so the per-turn
+        points are skipped without one; a "no" is asked again after a second, as the
+        API's answer reads the environment)."""
+        if self._meter_given or self._meters_until < 0:
+            return self._meter_given or self._ask_meters()
+        return time.monotonic() >= self._meters_until and self._ask_meters()
+
+    def _ask_meters(self) -> bool:
+        api = type(metrics.get_meter_provider()).__module__.startswith("opentelemetry.metrics")
+        self._meters_until = -1.0 if not api else time.monotonic() + 1.0
+        return not api
 
     def episode_input(self, episode: object, task: Any) -> None:
         """``task`` (a string or messages: the last user text counts) is what the

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "add_span_event",
     "call_arguments",
+    "chat_attributes",
     "enter_span",
     "exit_span",
     "record_duration",
@@ -66,6 +67,16 @@ def set_usage(
         span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, reasons)
     if response_id:
         span.set_attribute(sc.GEN_AI_RESPONSE_ID, response_id)
+
+
+def chat_attributes(provider: str | None, model: str | None) -> dict[str, str]:
+    """The attributes of a model call's metric points."""
+    attrs = {sc.GEN_AI_OPERATION_NAME: "chat"}
+    if provider:
+        attrs[sc.GEN_AI_PROVIDER_NAME] = provider
+    if model:
+        attrs[sc.GEN_AI_REQUEST_MODEL] = model
+    return attrs
 
 
 def record_tokens(

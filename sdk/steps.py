@@ -31,6 +31,7 @@ from budgetmix.retry import acall_with_retry, call_with_retry
 from budgetmix.step_spans import (
     add_span_event,
     call_arguments,
+    chat_attributes,
     enter_span,
     exit_span,
     record_duration,
@@ -194,7 +195,8 @@ class Turn:
                 response_id=response_id,
             )
         inst = self.episode.controller.instrumentation
-        record_tokens(inst, self._metric_attributes(), input_tokens, output_tokens)
+        if inst.meters():
+            record_tokens(inst, self._metric_attributes(), input_tokens, output_tokens)
 
     def describe(
         self,
@@ -217,13 +219,7 @@ class Turn:
             self._span.set_attribute(sc.SERVER_PORT, server_port)
 
     def _metric_attributes(self) -> dict[str, str]:
-        attrs = {sc.GEN_AI_OPERATION_NAME: "chat"}
-        provider = self._provider or self.episode.controller.provider_name
-        if provider:
-            attrs[sc.GEN_AI_PROVIDER_NAME] = provider
-        if self.model:
-            attrs[sc.GEN_AI_REQUEST_MODEL] = self.model
-        return attrs
+        return chat_attributes(self._provider or self.episode.controller.provider_name, self.model)
 
     def record_content(
         self,
@@ -381,7 +377,8 @@ class Turn:
     def _called(self, start: float, error: str | None) -> None:
         # the call's gen_ai.client.operation.duration (retries and their waits included)
         inst = self.episode.controller.instrumentation
-        record_duration(inst, self._metric_attributes(), time.perf_counter() - start, error)
+        if inst.meters():
+            record_duration(inst, self._metric_attributes(), time.perf_counter() - start, error)
 
     def _charge_for_send(self) -> None:
         # a request refunded after its failure is charged again before it is resent
