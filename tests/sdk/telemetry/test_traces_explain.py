@@ -194,3 +194,18 @@ def test_an_episode_that_charged_nothing_beside_a_budgeted_client_warns(
     with quiet.episode() as ep:
         ep.finish(True)
     assert len([r for r in caplog.records if "charged no turn" in r.getMessage()]) == 1
+
+
+def test_the_demo_captures_content_when_asked(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    cmd = [sys.executable, "-m", "budgetmix.cli", "demo", "--quick", "--stages", "controller"]
+    cmd += ["--trace", "jsonl", "--capture-content", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    spans = [json.loads(line) for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    chats = [s for s in spans if s["name"].startswith("chat")]
+    assert chats and all("gen_ai.input.messages" in s["attributes"] for s in chats)
