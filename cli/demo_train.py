@@ -195,6 +195,26 @@ def deploy_checkpoint(
     return results
 
 
+#: The confirmatory design (issue 29, docs/prereg.md): a documented command, not the demo.
+CONFIRM_COMMAND = (
+    "python -m budgetmix.training.experiment.design --preset confirm "
+    "--out runs/confirm --error-rate E  (E: the SFT pilot's measured error rate)"
+)
+
+
+def _design_label(config: Any) -> str:
+    """What the demo's experiment is: a reduced design, with the VoI gate's verdict on it."""
+    from budgetmix.training.experiment.design import gate_verdict
+
+    gate = gate_verdict(config, config.sft_error_rate, source="the demonstrator's rate")
+    return (
+        f"[bold]Reduced design[/bold] (preset {config.preset!r}: {config.seeds} training seeds, "
+        f"{config.eval_episodes} episodes per cell, one SFT base): issue 19's design on the "
+        f"demo map, a negative control. VoI gate: {gate['reason']}, so no arm can gain from "
+        f"reading the budget here. The confirmatory design: {CONFIRM_COMMAND}"
+    )
+
+
 def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
     """Train, evaluate, diagnose, deploy; prints every table and returns the numbers."""
     from budgetmix.training.experiment import run_experiment
@@ -203,7 +223,9 @@ def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> 
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bars drown the demo
     preset = "quick" if quick else ("full" if full else "default")
-    report = run_experiment(experiment_preset(preset), out / "experiment", progress=True)
+    config = experiment_preset(preset)
+    console.print(_design_label(config))
+    report = run_experiment(config, out / "experiment", progress=True)
     _print_comparison(console, report)
     _print_endpoints(console, report)
     _print_diagnostics(console, report)

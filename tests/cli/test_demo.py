@@ -66,6 +66,10 @@ def test_demo_quick_runs_every_stage(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "BudgetMix minus fixed" in proc.stdout
+    # labelled as the reduced design it is, with the VoI gate's verdict (issue 29 item 9)
+    flat = " ".join(proc.stdout.split())
+    assert "Reduced design (preset 'quick'" in flat and "VoI below 10 points" in flat
+    assert "budgetmix.training.experiment.design --preset confirm" in flat
     assert "deployed under the controller" in proc.stdout
     # one closing summary: headline figures, then where everything went
     summary = proc.stdout.rsplit(" Summary ", 1)[-1]

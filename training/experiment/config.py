@@ -22,6 +22,7 @@ __all__ = [
     "CHAIN_ENV",
     "CONFIRM",
     "EXPERIMENT_PRESETS",
+    "GPU",
     "METHODS",
     "SECOND_MAP",
     "TOOLS_ENV",
@@ -105,7 +106,9 @@ class ExperimentConfig:
     instead of running SFT (for ablations on one base). ``max_number``: the tiny
     model's tokenizer writes every integer up to it as one token (9: digits only, the
     char-level tokenizer of the earlier presets; see
-    :func:`~budgetmix.training.tokenizer.build_char_tokenizer`).
+    :func:`~budgetmix.training.tokenizer.build_char_tokenizer`). ``init_model``: SFT
+    starts from this pretrained model (a folder, or ``smollm2-135m-instruct``:
+    :mod:`~budgetmix.training.experiment.pretrained`) with its own tokenizer.
 
     Raises:
         ConfigError: a value out of range; the message names the field.
@@ -144,6 +147,7 @@ class ExperimentConfig:
     hidden_size: int = 64
     num_layers: int = 2
     max_number: int = 9
+    init_model: str | None = None
     threads: int = 2
     seed: int = 0
     base_model: str | None = None
@@ -175,6 +179,9 @@ class ExperimentConfig:
             check_between(f"{own}.eval_fractions", f, 0, 4, open_low=True)
         for k in self.pass_ks:
             check_int(f"{own}.pass_ks", k, minimum=1, maximum=self.eval_episodes)
+        if self.init_model is not None and self.max_number > 9:
+            raise ConfigError(f"{own}.init_model: a pretrained model keeps its tokenizer; "
+                              "max_number must stay 9")  # fmt: skip
         self._check_env()
 
     def _check_env(self) -> None:
@@ -247,6 +254,19 @@ CONFIRM: dict[str, Any] = {
     "threads": 1,
 }
 
+#: The same design on one GPU (issue 29 item 8; bench/gpu/design.sh): SmolLM2-135M-Instruct,
+#: 8 training seeds per base, 256 shared episodes per cell.
+GPU: dict[str, Any] = {
+    **CONFIRM,
+    "max_number": 9,
+    "init_model": "smollm2-135m-instruct",
+    "seeds": 8,
+    "eval_episodes": 256,
+    "sens_episodes": 64,
+    "sft_lr": 1e-4,
+    "lr": 1e-5,
+}
+
 #: Named sizes; ``default`` is what ``budgetmix demo`` runs.
 EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
     "ci": {
@@ -295,6 +315,7 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
     # the second environment (issue 19 item 5): `default` and `full` on faulty-tools-compact
     "tools": {**TOOLS_ENV, "diag_episodes": 8, "diag_samples": 8},
     "confirm": CONFIRM,
+    "gpu": GPU,
     "full-tools": {
         **TOOLS_ENV,
         "seeds": 8,

@@ -208,7 +208,11 @@ class _Run:
             return done
         cfg = self.cfg
         init = {}
-        if cfg.max_number > 9:  # the model that reads the number (.numbers)
+        if cfg.init_model is not None:  # a pretrained model (.pretrained)
+            from budgetmix.training.experiment.pretrained import init_model_dir
+
+            init = {"model_path": str(init_model_dir(cfg.init_model, self.out / "runs" / "init"))}
+        elif cfg.max_number > 9:  # the model that reads the number (.numbers)
             from budgetmix.training.experiment.numbers import number_model
 
             path = number_model(
@@ -278,7 +282,13 @@ class _Run:
     def policy(self, path: Path, seed: int = 0) -> Policy:
         from budgetmix.training.experiment.lm import load_lm_policy
 
-        return load_lm_policy(path, seed=self.cfg.seed * 7919 + seed)[0]
+        policy, model, _ = load_lm_policy(path, seed=self.cfg.seed * 7919 + seed)
+        if self.cfg.init_model is not None:  # the pretrained (GPU) preset evaluates on a GPU
+            import torch
+
+            if torch.cuda.is_available():
+                model.to("cuda")
+        return policy
 
     def grid_traces(
         self, policy: Policy, fmt: str, n: int, offset: int, budgets: list[int]
