@@ -54,3 +54,11 @@ def test_the_command_names_a_bad_flag_in_one_line(capsys: pytest.CaptureFixture[
     assert main(["gateway", "--turns", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "budgetmix gateway: error:" in err and "turns" in err
+
+
+def test_the_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["gateway", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "budgetmix gateway" in out and "--upstream" in out and "--fail-open" in out
