@@ -68,12 +68,13 @@ torch_cpu() {
 }
 
 # The profile's requirements (scripts/setup_profiles.py reads them from pyproject.toml) with
-# torch held at its pin; pip installs only those not yet satisfied.
+# torch and its constraints held, so the demo picks nothing the suite would replace; pip
+# installs only those not yet satisfied.
 requirements() {
   local before after
   before=$("$PY" -m pip list --format=freeze 2>/dev/null | wc -l)
   pip_quiet install -q -r <("$PY" scripts/setup_profiles.py requirements "$PROFILE") \
-    "torch==$TORCH"
+    -c <("$PY" scripts/setup_profiles.py constraints "$PROFILE") "torch==$TORCH"
   after=$("$PY" -m pip list --format=freeze 2>/dev/null | wc -l)
   echo "$((after - before)) new distributions, $after in all"
 }

@@ -27,8 +27,12 @@ for profile in "$@"; do
   done | sort > "$work/now"
   comm -13 "$work/have" "$work/now" > "$work/new"
   rm -rf "$work/dl" && mkdir "$work/dl"
-  cut -d' ' -f2 "$work/new" | sort -u > "$work/new.txt"
-  .venv/bin/python -m pip download -q --no-deps -r "$work/new.txt" -d "$work/dl" >/dev/null
+  for venv in $(cut -d' ' -f1 "$work/new" | sort -u); do  # one folder each: versions differ
+    mkdir -p "$work/dl/$venv"
+    sed -n "s|^$venv ||p" "$work/new" > "$work/new.txt"
+    .venv/bin/python -m pip download -q --no-deps -r "$work/new.txt" -d "$work/dl/$venv" 2>&1 \
+      | { grep -v "^WARNING: Location" || true; } >&2
+  done
   cp "$work/now" "$work/have"
   printf 'measure: %s: %s s wall, %.0f s CPU, load before %s on %s cores; ' \
     "$profile" "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')" "$load" "$(nproc)"

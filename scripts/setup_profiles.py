@@ -2,6 +2,7 @@
 
     python scripts/setup_profiles.py extras demo         # its extras: train,envs,plots
     python scripts/setup_profiles.py requirements demo   # the requirements, one a line
+    python scripts/setup_profiles.py constraints demo    # versions held (pip -c)
     python scripts/setup_profiles.py check demo          # .venv (this python) has them,
                                                          # and nothing the profile leaves out
 
@@ -29,11 +30,15 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "demo": ("train", "envs", "plots"),
     "test": ("all", "dev"),
 }
+#: Held for every profile: versions the demo's set-up would otherwise pick and the suite's
+#: would then replace (.ci/run's check finds them): botocore, which the frameworks bring,
+#: needs python-dateutil<3, and matplotlib alone would take 4.x.
+CONSTRAINTS = ("python-dateutil<3",)
 #: Observability backends: only tests/backends uses them, each in a virtualenv of its
 #: own (scripts/install_*.sh); the demo's must hold none.
 BACKENDS = ("arize-phoenix", "mlflow", "mlflow-skinny")
 
-_ACTIONS = ("extras", "requirements", "check")
+_ACTIONS = ("extras", "requirements", "constraints", "check")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SELF = re.compile(r"^budgetmix\[(.+)\]$")
 
@@ -104,6 +109,9 @@ def main(argv: list[str]) -> int:
     action, profile = argv
     if action == "extras":
         print(",".join(PROFILES[profile]))
+        return 0
+    if action == "constraints":
+        print("\n".join(CONSTRAINTS))
         return 0
     if action == "requirements":
         print("\n".join(requirements(profile)))

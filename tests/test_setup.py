@@ -53,12 +53,15 @@ if [ "$1" = -m ] && [ "$2" = pip ]; then
     show) [ -f "$STATE/$2" ] && echo "Version: $(cat "$STATE/$2")" || exit 1 ;;
     list) cat "$STATE/installed" 2>/dev/null ;;
     install)
+      prev=
       for a in "$@"; do
-        case "$a" in
-          /dev/fd/*) cat "$a" >> "$STATE/requirements"; echo new==1 >> "$STATE/installed" ;;
-          torch==*) echo "${a#torch==}+cpu" > "$STATE/torch" ;;
-          -e) echo 0.1.0 > "$STATE/budgetmix" ;;
+        case "$prev $a" in
+          "-c /dev/fd/"*) cat "$a" >> "$STATE/constraints" ;;
+          "-r /dev/fd/"*) cat "$a" >> "$STATE/requirements"; echo new==1 >> "$STATE/installed" ;;
+          *" torch=="*) echo "${a#torch==}+cpu" > "$STATE/torch" ;;
+          *" -e") echo 0.1.0 > "$STATE/budgetmix" ;;
         esac
+        prev=$a
       done ;;
   esac
   exit 0
@@ -105,6 +108,7 @@ def test_each_step_is_a_line_with_its_time_and_a_rerun_installs_nothing(tmp_path
     # pip got the demo's requirements and nothing that would replace what is there
     asked = (state / "requirements").read_text().splitlines()
     assert asked == _profiles().requirements("demo")
+    assert (state / "constraints").read_text().splitlines() == list(_profiles().CONSTRAINTS)
     installs = [
         c for c in (state / "calls").read_text().splitlines() if c.startswith("pip install")
     ]
