@@ -9,12 +9,18 @@ usage, cost and mistakes.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetmix import semconv as sc
 from budgetmix.adapters._placement import place_observation_notice
+from budgetmix.adapters._request_checks import (
+    MAX_REQUEST_DEPTH,
+    check_request,
+    plain_json,
+    request_problem,
+    send_as_is,
+)
 from budgetmix.adapters._server import describe_turn
 from budgetmix.adapters._tool_checks import tool_call_problem, tool_schemas
 from budgetmix.adapters._tool_spans import calls_received, results_sent
@@ -25,9 +31,8 @@ from budgetmix.adapters._wire import (
     accumulator,
     history_key,
 )
-from budgetmix.adapters._wire.common import SEQUENCES, invalid_usage_estimate
+from budgetmix.adapters._wire.common import invalid_usage_estimate
 from budgetmix.events import MistakeKind
-from budgetmix.exceptions import ConfigError
 from budgetmix.genai_content import finish_reason
 from budgetmix.policy import notice_placement
 
@@ -36,232 +41,11 @@ if TYPE_CHECKING:
     from budgetmix.episode import Episode
     from budgetmix.steps import Turn
 
+#: The request checks live in :mod:`budgetmix.adapters._request_checks`; re-exported here
+#: for the wrappers and the transport.
 __all__ = ["MAX_REQUEST_DEPTH", "TurnRequest", "plain_json", "request_problem", "send_as_is"]
 
 _log = logging.getLogger(__name__)
-
-
-_LEAVES = frozenset({str, int, float, bool, type(None)})
-_SCALARS = (str, int, float, bool)
-_NESTED = (dict, list, tuple)
-#: A request nesting deeper is refused before the charge: JSON encoders recurse once per
-#: level and fail near Python's recursion limit (1000) with the caller's frames counted.
-MAX_REQUEST_DEPTH = 512
-# what _scan finds
-_PLAIN, _OTHER, _UNSENDABLE = 0, 1, 2
-
-
-def plain_json(messages: list[Any]) -> bool:
-    """True when ``messages`` is made only of dicts with str keys, lists and JSON scalars.
-
-    It runs over the whole history every turn: one pass, level by level, that ends at
-    strings (most values) and at the first value that is not JSON; about 0.3 us per
-    message (the SDK's own transform costs 0.1–0.2 ms per message).
-    """
-    return _scan(messages, depth=2, encoding=False, stop_at_other=True) == _PLAIN
-
-
-def _scan(values: list[Any], *, depth: int, encoding: bool, stop_at_other: bool) -> int:
-    """One walk over ``values`` (at nesting ``depth``), level by level, so the depth is
-    known without recursing: ``_PLAIN`` (all plain JSON), ``_OTHER`` (it holds other
-    objects, the SDK's to encode; with ``stop_at_other`` the walk ends there) or
-    ``_UNSENDABLE``: a container deeper than :data:`MAX_REQUEST_DEPTH`, and with
-    ``encoding`` a string with a lone surrogate or a float that is not finite."""
-    found, level = _PLAIN, values
-    while level:
-        if depth > MAX_REQUEST_DEPTH and any(isinstance(x, _NESTED) for x in level):
-            return _UNSENDABLE
-        below: list[Any] = []
-        push = below.append
-        for item in level:
-            kind = type(item)
-            if kind is str:
-                if encoding and not item.isascii() and _lone_surrogate(item):
-                    return _UNSENDABLE
-            elif kind is dict:
-                for key, child in item.items():
-                    if type(key) is not str:
-                        if stop_at_other:
-                            return _OTHER
-                        found = _OTHER
-                    elif encoding and not key.isascii() and _lone_surrogate(key):
-                        return _UNSENDABLE
-                    if type(child) is not str:
-                        push(child)
-                    elif encoding and not child.isascii() and _lone_surrogate(child):
-                        return _UNSENDABLE
-            elif kind is list:
-                below.extend(item)
-            elif kind in _LEAVES:
-                if encoding and kind is float and not math.isfinite(item):
-                    return _UNSENDABLE
-            elif isinstance(item, _SCALARS):  # str, int and float subclasses (enums) are JSON
-                if encoding and _scalar_problem(item) is not None:
-                    return _UNSENDABLE
-            elif stop_at_other:
-                return _OTHER
-            else:
-                found = _OTHER
-                if isinstance(item, _NESTED):  # a tuple, a dict subclass: still encoded as JSON
-                    below.extend(item.values() if isinstance(item, dict) else item)
-        level = below
-        depth += 1
-    return found
-
-
-def send_as_is(kwargs: dict[str, Any], key: str, *, sdk_sees: list[Any]) -> None:
-    """Send ``kwargs[key]`` (plain JSON, for which the SDK's request transform is the
-    identity) through ``extra_body``, documented to replace top-level keys of the JSON
-    body, and give the SDK's own argument ``sdk_sees`` instead. Nothing changes when the
-    caller's ``extra_body`` already sets ``key`` or is not a dict."""
-    extra = kwargs.get("extra_body")
-    if extra is not None and (not isinstance(extra, dict) or key in extra):
-        return
-    kwargs["extra_body"] = {**(extra or {}), key: kwargs[key]}
-    kwargs[key] = sdk_sees
-
-
-#: ``create`` arguments that are not part of the JSON body.
-_NOT_BODY = frozenset({"extra_headers", "extra_query", "timeout"})
-
-
-def request_problem(body: Mapping[str, Any], *, encoding: bool = False) -> str | None:
-    """Where ``body`` cannot be sent as JSON, or ``None``: nesting deeper than
-    :data:`MAX_REQUEST_DEPTH`, and with ``encoding`` also a string with a lone surrogate
-    (not UTF-8) or a float that is not finite (not JSON), as the SDKs encode neither.
-
-    Only dicts, lists and tuples are walked (other objects are the SDK's to encode),
-    without recursion, so any depth is measured; the path is traced only when there is
-    something to name.
-    """
-    values = [v for k, v in body.items() if k not in _NOT_BODY]
-    if _scan(values, depth=1, encoding=encoding, stop_at_other=False) != _UNSENDABLE:
-        return None
-    return _locate(body, encoding=encoding)
-
-
-def _locate(body: Mapping[str, Any], *, encoding: bool) -> str:
-    """The first place in ``body`` :func:`_scan` objects to, as a path and a reason."""
-    pending: list[tuple[Any, int, Any]] = [(body, 0, None)]  # (container, depth, where)
-    while pending:
-        item, depth, where = pending.pop()
-        if depth > MAX_REQUEST_DEPTH:
-            return f"{_path(where)}: nests more than {MAX_REQUEST_DEPTH} levels deep"
-        children: Iterable[tuple[Any, Any]] = (
-            item.items() if isinstance(item, dict) else enumerate(item)
-        )
-        for key, value in children:
-            if encoding and type(key) is str and not key.isascii() and _lone_surrogate(key):
-                return f"{_path(where) or 'the body'}: the key {_short(key)} {_NOT_UTF8}"
-            kind = type(value)
-            if kind is str:  # most values: one C call when ASCII
-                if encoding and not value.isascii() and _lone_surrogate(value):
-                    return f"{_path((where, key))}: {_short(value)} {_NOT_UTF8}"
-            elif kind is dict or kind is list or kind is tuple or isinstance(value, _NESTED):
-                if depth or key not in _NOT_BODY:
-                    pending.append((value, depth + 1, (where, key)))
-            elif encoding:
-                problem = _scalar_problem(value)
-                if problem is not None and (depth or key not in _NOT_BODY):
-                    return f"{_path((where, key))}: {problem}"
-    return "the body cannot be encoded as JSON"
-
-
-_NOT_UTF8 = "has a lone surrogate, which is not UTF-8"
-
-
-def _lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _scalar_problem(value: Any) -> str | None:
-    if isinstance(value, str):
-        if not value.isascii() and _lone_surrogate(value):
-            return f"{_short(value)} {_NOT_UTF8}"
-    elif isinstance(value, float) and not math.isfinite(value):
-        return f"{value!r} is not a JSON number"
-    return None
-
-
-def _short(text: str) -> str:
-    return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
-def _path(where: Any) -> str:
-    """``messages[2].content`` from the ``(parent, key)`` chain the walk keeps."""
-    keys: list[Any] = []
-    while where is not None:
-        where, key = where
-        keys.append(key)
-    out = ""
-    for key in reversed(keys):
-        if isinstance(key, int):
-            out += f"[{key}]"
-        else:
-            out += f".{key}" if out else str(key)
-    return out
-
-
-def _is_list_like(value: Any) -> bool:
-    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, bytearray, Mapping))
-
-
-def _shape_problem(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> str | None:
-    """What budgetmix cannot add the notice to or read, in the shape of ``body``."""
-    key = history_key(kind)
-    history = body.get(key)
-    text_input = kind == "responses" and isinstance(history, str)
-    if not (history is None or text_input or _is_list_like(history)):
-        return f"{key}: expected a list, got {type(history).__name__}"
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        return f"stream: expected true or false, got {type(stream).__name__}"
-    extra = body.get("extra_body")
-    if sdk_call and extra is not None and not isinstance(extra, Mapping):
-        return f"extra_body: expected a dict, got {type(extra).__name__}"
-    if kind == "anthropic" and isinstance(history, SEQUENCES) and history:
-        last = history[-1]
-        if isinstance(last, dict) and last.get("role") == "user":
-            content = last.get("content")
-            if content is not None and not isinstance(content, (str, list, tuple)):
-                return (
-                    f"messages[{len(history) - 1}].content: expected a string or a list of "
-                    f"content blocks, got {type(content).__name__}"
-                )
-    return None
-
-
-def check_request(kind: WireKind, body: Mapping[str, Any], *, sdk_call: bool) -> bool | None:
-    """Refuse, before anything is charged or sent, a request budgetmix cannot handle;
-    with ``sdk_call``, whether the history is plain JSON (see :func:`plain_json`).
-
-    The history (``messages`` / ``input``, where text from models and tools ends up) and
-    the top-level values are checked to encode as JSON; other arguments (tools,
-    ``extra_body``) are the SDK's to encode, as it is theirs to walk every turn.
-
-    Raises:
-        ConfigError: naming the field.
-    """
-    problem = _shape_problem(kind, body, sdk_call=sdk_call)
-    plain = None
-    if problem is None and sdk_call:
-        history = body.get(history_key(kind))
-        found = _PLAIN if isinstance(history, list) else _OTHER
-        if isinstance(history, (list, tuple)):
-            found = _scan(list(history), depth=2, encoding=True, stop_at_other=False)
-        if found == _UNSENDABLE or any(
-            _scalar_problem(v) is not None for k, v in body.items() if k not in _NOT_BODY
-        ):
-            problem = _locate(body, encoding=True)
-            problem += "; the request content could not be encoded as JSON"
-        plain = found == _PLAIN and isinstance(history, list)
-    if problem is not None:
-        raise ConfigError(f"{problem}; nothing was sent (no turn was charged)")
-    return plain
 
 
 def _with_notice(episode: Episode, turn: Turn, kind: WireKind, history: Any) -> Any:

@@ -10,20 +10,28 @@ into one :class:`ParsedResponse` (usage, finish reasons, text, tool calls as
 tool results of a request, and writes the transport's own final answer. Nothing here
 does I/O or imports a provider SDK (:mod:`~budgetmix.adapters._wire.common` reads dicts
 and SDK objects alike).
+
+What a format provides is declared once, :class:`~budgetmix.adapters._wire.format.WireFormat`;
+each format module ends with its ``FORMAT``, and :data:`FORMATS` is the one registry the
+functions below dispatch through. Adding a format: its module, its line in
+:data:`FORMATS` and its name in :data:`WireKind`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from budgetmix.adapters._wire import anthropic, chat, responses
 from budgetmix.adapters._wire.common import ParsedResponse, ToolResult
+from budgetmix.adapters._wire.format import Accumulator, WireFormat
 
 __all__ = [
+    "FORMATS",
     "Accumulator",
     "ParsedResponse",
     "ToolResult",
+    "WireFormat",
     "WireKind",
     "accumulator",
     "answered_calls",
@@ -34,82 +42,53 @@ __all__ = [
     "terminal_stream",
 ]
 
+#: The formats' names (a new format adds its name here and its line to :data:`FORMATS`).
 WireKind = Literal["chat", "responses", "anthropic"]
 
-
-class Accumulator(Protocol):
-    """A wire format's stream reader: fold each event in, then read the response."""
-
-    def feed(self, event: Any) -> None: ...
-
-    def finish(self) -> ParsedResponse: ...
-
-
-_READERS: dict[str, Callable[[Any], ParsedResponse]] = {
-    "chat": chat.read,
-    "responses": responses.read,
-    "anthropic": anthropic.read,
-}
-_STREAMS: dict[str, Callable[[], Accumulator]] = {
-    "chat": chat.StreamReader,
-    "responses": responses.StreamReader,
-    "anthropic": anthropic.StreamReader,
-}
-_TOOLS: dict[str, Callable[[Any], tuple[Any, Any] | None]] = {
-    "chat": chat.declared_tool,
-    "responses": responses.declared_tool,
-    "anthropic": anthropic.declared_tool,
-}
-_RESULTS: dict[str, Callable[[Mapping[str, Any]], list[ToolResult]]] = {
-    "chat": chat.answered_calls,
-    "responses": responses.answered_calls,
-    "anthropic": anthropic.answered_calls,
-}
-_TERMINAL: dict[str, Callable[[str, str], dict[str, Any]]] = {
-    "chat": chat.terminal_body,
-    "responses": responses.terminal_body,
-    "anthropic": anthropic.terminal_body,
-}
-_TERMINAL_STREAM: dict[str, Callable[[str, str], bytes]] = {
-    "chat": chat.terminal_stream,
-    "responses": responses.terminal_stream,
-    "anthropic": anthropic.terminal_stream,
+#: Every wire format, by name: the one registry (adding a format: its module, one line).
+FORMATS: Mapping[str, WireFormat] = {
+    f.name: f
+    for f in (
+        chat.FORMAT,
+        responses.FORMAT,
+        anthropic.FORMAT,
+    )
 }
 
 
 def parse_response(kind: WireKind, obj: Any) -> ParsedResponse:
     """Read a whole (non-streamed) response of ``kind``."""
-    return _READERS[kind](obj)
+    return FORMATS[kind].read(obj)
 
 
 def accumulator(kind: WireKind) -> Accumulator:
     """A fresh stream reader for ``kind``."""
-    return _STREAMS[kind]()
+    return FORMATS[kind].stream_reader()
 
 
 def declared_tool(kind: WireKind, tool: Any) -> tuple[Any, Any] | None:
     """A declared tool's ``(name, JSON schema)`` in ``kind``'s shape; ``None``: a hosted
     tool whose calls budgetmix cannot see."""
-    return _TOOLS[kind](tool)
+    return FORMATS[kind].declared_tool(tool)
 
 
 def answered_calls(kind: WireKind, body: Mapping[str, Any]) -> list[ToolResult]:
     """The tool results a request of ``kind`` carries after its last model output,
     newest first."""
-    return _RESULTS[kind](body)
+    return FORMATS[kind].answered_calls(body)
 
 
 def history_key(kind: WireKind) -> str:
     """Where a request of ``kind`` keeps its history: ``input`` or ``messages``."""
-    return "input" if kind == "responses" else "messages"
+    return FORMATS[kind].history_key
 
 
 def terminal_body(kind: WireKind, model: str, text: str) -> dict[str, Any]:
     """A final assistant message in ``kind``'s shape, for the transport to answer with."""
-    return _TERMINAL[kind](model, text)
+    return FORMATS[kind].terminal_body(model, text)
 
 
 def terminal_stream(kind: WireKind, model: str, text: str) -> bytes:
     """:func:`terminal_body` as ``kind``'s event stream (``text/event-stream`` bytes), for
     a request that asked for a stream."""
-    return _TERMINAL_STREAM[kind](model, text)
+    return FORMATS[kind].terminal_stream(model, text)

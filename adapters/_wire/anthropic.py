@@ -30,10 +30,12 @@ from budgetmix.adapters._wire.common import (
     tool_result,
     usage_count,
 )
+from budgetmix.adapters._wire.format import WireFormat
 from budgetmix.adapters.base import ChatMessage, ModelResponse, ToolSpec
 
 __all__ = [
     "FINISH",
+    "FORMAT",
     "StreamReader",
     "answered_calls",
     "declared_tool",
@@ -268,3 +270,20 @@ def terminal_stream(model: str, text: str) -> bytes:
         ("message_stop", {}),
     ]
     return b"".join(sse_event(kind, {"type": kind, **data}) for kind, data in events)
+
+
+#: Anthropic Messages as a :class:`~budgetmix.adapters._wire.format.WireFormat`.
+FORMAT = WireFormat(
+    name="anthropic",
+    history_key="messages",
+    read=read,
+    stream_reader=StreamReader,
+    finish=FINISH,
+    declared_tool=declared_tool,
+    answered_calls=answered_calls,
+    terminal_body=terminal_body,
+    terminal_stream=terminal_stream,
+    model_response=model_response,
+    write_messages=write_messages,
+    write_tools=write_tools,
+)

@@ -23,8 +23,11 @@ from budgetmix.adapters._wire.common import (
     sse_event,
     tool_result,
 )
+from budgetmix.adapters._wire.format import WireFormat
 
 __all__ = [
+    "FINISH",
+    "FORMAT",
     "StreamReader",
     "answered_calls",
     "declared_tool",
@@ -32,6 +35,9 @@ __all__ = [
     "terminal_body",
     "terminal_stream",
 ]
+
+#: Response statuses in neutral words (a function call still ends ``completed``).
+FINISH = {"completed": "stop", "incomplete": "length", "failed": "error"}
 
 #: ``usage`` field names: input, output, input details (cached tokens are part of input).
 USAGE_FIELDS = ("input_tokens", "output_tokens", "input_tokens_details")
@@ -157,3 +163,18 @@ def terminal_stream(model: str, text: str) -> bytes:
         sse_event(kind, {"type": kind, "sequence_number": n, **data})
         for n, (kind, data) in enumerate(events)
     )
+
+
+#: OpenAI Responses as a :class:`~budgetmix.adapters._wire.format.WireFormat` (the
+#: built-in loop does not speak it: no loop view, no writer).
+FORMAT = WireFormat(
+    name="responses",
+    history_key="input",
+    read=read,
+    stream_reader=StreamReader,
+    finish=FINISH,
+    declared_tool=declared_tool,
+    answered_calls=answered_calls,
+    terminal_body=terminal_body,
+    terminal_stream=terminal_stream,
+)
