@@ -19,7 +19,7 @@ from budgetmix.adapters.testing import FakeLLMServer, Reply
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.slow]
 otlp = pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")

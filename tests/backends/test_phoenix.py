@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from _phoenix import ROOT, Phoenix
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.slow]
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
 pytest.importorskip("openai")
 

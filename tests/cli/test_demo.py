@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from budgetmix.cli.demo_summary import DemoResults, summary_lines
+
+pytestmark = pytest.mark.slow  # the demo end to end: outside the unit loop (-m "not slow")
 
 
 def test_demo_quick_controller_and_grid(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from budgetmix.adapters.testing import FakeLLMServer
 from budgetmix.gateway.scopes import conversation_key, tenant_key, tenant_of
 from budgetmix.stores import open_store
 
+pytestmark = pytest.mark.slow  # end to end: outside the unit loop (-m "not slow")
+
 CLIENTS, TENANTS, CONVERSATION_TURNS, TENANT_TURNS, WINDOW = 200, 4, 2, 80, 10**9
 REQUESTS = int(os.environ.get("BUDGETMIX_LOAD_REQUESTS", "600"))
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

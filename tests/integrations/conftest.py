@@ -11,10 +11,12 @@ from budgetmix.adapters.testing import FakeLLMServer, block_network
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # every test of this folder is in the `integrations` group (`-m integrations`)
+    # every test of this folder is in the `integrations` group (`-m integrations`), and
+    # slow: unmodified frameworks end to end, outside the unit loop (`-m "not slow"`)
     for item in items:
         if "tests/integrations/" in item.nodeid.replace("\\", "/"):
             item.add_marker(pytest.mark.integrations)
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

@@ -63,6 +63,7 @@ def _reports(report_dir: Path) -> list[dict[str, Any]]:
     return [json.loads((report_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.slow
 def test_two_ranks_train_as_one_data_parallel_group(tmp_path: Path) -> None:
     out, report_dir = tmp_path / "ddp", tmp_path / "ranks"
     proc = _launch([str(PROBE), str(report_dir), *TRAIN, "--output-dir", str(out)])

@@ -29,6 +29,8 @@ from budgetmix.training.provenance import (
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # end to end: outside the unit loop (-m "not slow")
+
 #: Small enough for a few seconds per run; every phase of a run is in it.
 TINY = {
     "sft_steps": 4,

@@ -10,6 +10,8 @@ import torch
 from budgetmix.training.config import preset
 from budgetmix.training.trainer import train
 
+pytestmark = pytest.mark.slow  # end to end: outside the unit loop (-m "not slow")
+
 #: One-letter echo: the only right answer is "a"; demonstrations are wrong half the time.
 TRIVIAL = {
     "env_kwargs": {"letters": "a", "min_len": 1, "max_len": 3},

@@ -14,6 +14,8 @@ from budgetmix.training.rollout import RolloutSettings
 from budgetmix.training.toy import echo_agent
 from budgetmix.training.trl_adapter import budget_reward, make_rollout_func
 
+pytestmark = pytest.mark.slow  # end to end: outside the unit loop (-m "not slow")
+
 trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
