@@ -17,19 +17,22 @@ until n is even, then reply) so episodes are multi-turn tool calls. One batch of
   episode under a BudgetController through ``run_agent`` and ``openai.OpenAI``
   to :class:`~budgetmix.training.openai_server.LocalOpenAIServer` on 127.0.0.1
   (HTTP + JSON, the server's chat-template rendering, concurrent requests batched,
-  every prompt re-read: no prefix cache), ``--parallel`` episodes at once.
+  each conversation's KV kept across requests by the server's prefix cache;
+  ``--no-prefix-cache``: every prompt re-read), ``--parallel`` episodes at once.
 
 The paths alternate (in-process first on even repeats), ``--repeats`` times
 each. The table shows, per path, the median seconds per batch with the spread
 (min-max) as the noise, sampled tokens per second (the paths sample different
 replies, so episodes differ in length), requests (model calls) per batch, and
 the ratio of the medians (server / in-process) of seconds and of seconds per
-sampled token.
+sampled token, the share of prompt ids the server's prefix cache served, and the
+machine's load average (1 minute) before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -105,7 +108,10 @@ def run(args: argparse.Namespace) -> str:
         times: dict[str, list[float]] = {p: [] for p in PATHS}
         tokens: dict[str, list[int]] = {p: [] for p in PATHS}
         calls: dict[str, list[int]] = {p: [] for p in PATHS}
-        with LocalOpenAIServer(trainer.policy, trainer.tokenizer, seed=0) as server:
+        load = os.getloadavg()[0]
+        with LocalOpenAIServer(
+            trainer.policy, trainer.tokenizer, seed=0, prefix_cache=not args.no_prefix_cache
+        ) as server:
             driver = ServerRollouts(
                 server.base_url, "local", settings=trainer.settings, max_parallel=args.parallel
             )
@@ -122,7 +128,12 @@ def run(args: argparse.Namespace) -> str:
                     tokens[path].append(sum(r.sampled_tokens for r in rows))
                     calls[path].append(n)
             driver.close()
-    return _table(args, times, tokens, calls)
+            cache = server.cache
+            fed = 0 if cache is None else cache.hits + cache.ids_fed
+            hit = 0.0 if cache is None or not fed else cache.hits / fed
+    notes = f"prefix cache served {hit:.0%} of the ids the server read; load {load:.2f} -> "
+    return _table(args, times, tokens, calls) + f"\n{notes}{os.getloadavg()[0]:.2f} (1 min)"
+
 
 
 def _table(
@@ -168,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--parallel", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-prefix-cache", action="store_true", help="re-read every prompt")
     parser.add_argument("--quick", action="store_true", help="a smoke run (2 repeats, 4 episodes)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -14,11 +14,17 @@ request fields, it answers with vLLM's response fields:
   (``token`` is ``"token_id:<id>"`` with ``return_tokens_as_token_ids: true``).
 
 Requests that arrive together are sampled in one batch (one forward pass per
-token for all of them, :class:`~budgetmix.training.sampler.KVCacheSampler`,
-every prompt read whole: there is no prefix cache across requests). Sampling
+token for all of them). A conversation's KV cache is kept across requests
+(:class:`~budgetmix.training.prefix_cache.PrefixCache`, on the in-process
+sampler's cache rows): a request feeds only the ids past the longest cached
+prefix, the cache holds at most ``max_cached_conversations`` conversations and
+``max_cached_columns`` columns (least recently used evicted), and the ids are
+those of reading every prompt whole (``prefix_cache=False`` does that). Sampling
 is seeded: the server's generator by ``seed``, a request with its own ``seed``
-by that. Every completion is logged (:attr:`LocalOpenAIServer.log`: the ids it
-was fed and returned), which is what tests compare training data with.
+by that. The last ``log_size`` completions are logged
+(:attr:`LocalOpenAIServer.log`: the ids it was fed and returned; trimmed after
+each batch, :meth:`LocalOpenAIServer.drain_log` takes and clears it), which is
+what tests compare training data with.
 
 Weights: the server samples from the model object it was given, so a trainer
 that serves its own policy object samples step k+1 from the weights step k
@@ -113,6 +119,9 @@ class LocalOpenAIServer:
         max_model_len: prompt + ``max_tokens`` above it is refused (400), as vLLM does.
         batch_window_s: how long the sampler waits for more requests to batch with the first.
         max_batch: most requests sampled in one batch.
+        prefix_cache: keep conversations' KV caches across requests.
+        max_cached_conversations, max_cached_columns: the prefix cache's bounds.
+        log_size: completions kept in :attr:`log` (the newest).
 
     Use it as a context manager (or :meth:`start` / :meth:`close`); :attr:`base_url`
     is what an ``openai.OpenAI(base_url=...)`` takes.
@@ -132,11 +141,26 @@ class LocalOpenAIServer:
         max_model_len: int = 4096,
         batch_window_s: float = 0.002,
         max_batch: int = 64,
+        prefix_cache: bool = True,
+        max_cached_conversations: int = 256,
+        max_cached_columns: int = 1 << 18,
+        log_size: int = 1024,
     ) -> None:
         import torch
+        from budgetmix.training.prefix_cache import PrefixCache
 
-        if max_model_len < 1 or max_batch < 1:
-            raise ConfigError("LocalOpenAIServer: max_model_len and max_batch must be >= 1")
+        if max_model_len < 1 or max_batch < 1 or log_size < 0:
+            raise ConfigError(
+                "LocalOpenAIServer: max_model_len and max_batch must be >= 1, log_size >= 0"
+            )
+        self.cache = (
+            PrefixCache(
+                model, max_entries=max_cached_conversations, max_columns=max_cached_columns
+            )
+            if prefix_cache
+            else None
+        )
+        self.log_size = log_size
         self.template = ChatTemplate.for_model(model, tokenizer, chat_template=chat_template)
         self.model = model
         self.tokenizer = tokenizer
@@ -211,8 +235,16 @@ class LocalOpenAIServer:
         loaded, _tokenizer = load_pretrained(path)
         with self._lock:
             self.model.load_state_dict(loaded.state_dict())
+            if self.cache is not None:
+                self.cache.clear()
             self.weights_version += 1
             return self.weights_version
+
+    def drain_log(self) -> list[ServedCompletion]:
+        """The completions logged since the last drain (at most ``log_size``); clears the log."""
+        with self._lock:
+            out, self.log = self.log, []
+            return out
 
     # -- requests ----------------------------------------------------------------------
     def chat_completion(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -341,17 +373,20 @@ class LocalOpenAIServer:
                 temperature=first.temperature,
                 generator=gen,
             )
+            prompts = [j.prompt_ids for j in jobs]
             with self._lock:
-                sampler = KVCacheSampler(self.model, rule, batch_size=len(jobs))
-                out = sampler.sample(
-                    [j.prompt_ids for j in jobs], [None] * len(jobs), first.max_tokens
-                )
+                if self.cache is not None:
+                    out = self.cache.sample(prompts, first.max_tokens, rule)
+                else:
+                    sampler = KVCacheSampler(self.model, rule, batch_size=len(jobs))
+                    out = sampler.sample(prompts, [None] * len(jobs), first.max_tokens)
                 version = self.weights_version
                 for job, g in zip(jobs, out, strict=True):
                     reason = "length" if not g.stopped else "stop"
                     self.log.append(
                         ServedCompletion(tuple(job.prompt_ids), g.ids, g.logprobs, reason, version)
                     )
+                del self.log[: max(0, len(self.log) - self.log_size)]
         except Exception as exc:  # the request fails, the server goes on
             for job in jobs:
                 job.result = exc
