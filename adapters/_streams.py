@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from budgetmix.adapters._deadlines import ReadDeadline, socket_of
 from budgetmix.adapters._sse import EventStreamDecoder, limit_error, read_json, unreadable_event
 from budgetmix.exceptions import BudgetExhausted, ProviderError
-from budgetmix.telemetry.redaction import redact_log_records
+from budgetmix.telemetry.log_redaction import redact_log_records
 
 if TYPE_CHECKING:
     from budgetmix.adapters._turn import TurnRequest

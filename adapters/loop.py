@@ -47,6 +47,7 @@ from budgetmix.adapters._loop_support import (
     sendable,
     tool_pool,
 )
+from budgetmix.adapters.agent_run import AgentRun, EndEpisode
 from budgetmix.adapters.base import (
     AsyncChatModel,
     ChatMessage,
@@ -69,7 +70,7 @@ from budgetmix.adapters.tools import (
 from budgetmix.budget import Budget
 from budgetmix.controller import BudgetController
 from budgetmix.episode import Episode
-from budgetmix.events import EpisodeResult, EpisodeStatus, MistakeKind
+from budgetmix.events import MistakeKind
 from budgetmix.exceptions import BudgetExhausted, ConfigError
 from budgetmix.notice import append_notice, observation_index
 from budgetmix.policy import ExhaustionMode, ExtensionPolicy, notice_placement
@@ -85,53 +86,6 @@ Judge = Callable[[str], bool]
 #: What the model reads for calls that were never run.
 REFUSED_BY_BUDGET = "Not executed: the tool-call budget does not cover this batch."
 IGNORED_ON_GRACE = "Not executed: tools are disabled on the final wrap-up turn."
-
-
-@dataclass(frozen=True, slots=True)
-class EndEpisode:
-    """What a tool returns to end the episode with its result (a ``submit`` tool, an
-    environment that says the task is done).
-
-    The model reads ``output`` as the tool's result; once the batch's tool messages are
-    in, the episode finishes with ``success`` (the judge is not asked) and the model is
-    not called again: the turn that ran the tool is the episode's last, as in a
-    training rollout of a tool environment (docs/layout.md).
-    """
-
-    output: Any
-    success: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentRun:
-    """The outcome of :func:`run_agent`: the episode result, the conversation, the answer.
-
-    ``messages`` is the full conversation (with the notices placed in observations under
-    placement ``"observation"``, without any under ``"ephemeral"``); ``output`` is the
-    final answer, or the grace turn's best-effort answer (``grace_answer``), or
-    ``None`` when the budget ended the run first.
-    """
-
-    result: EpisodeResult
-    messages: tuple[ChatMessage, ...]
-    output: str | None
-    grace_answer: bool = False
-    ignored_tool_calls: tuple[ToolCallRequest, ...] = ()
-
-    @property
-    def status(self) -> EpisodeStatus:
-        """How the episode ended."""
-        return self.result.status
-
-    @property
-    def success(self) -> bool:
-        """Whether the episode ended in success."""
-        return self.result.success
-
-    @property
-    def turns_used(self) -> int:
-        """Turns the episode used."""
-        return self.result.turns_used
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,8 @@ from budgetmix.exceptions import BudgetmixError
 if TYPE_CHECKING:
     from budgetmix.training.action_quality import ExpectedComparison
     from budgetmix.training.budget_sensitivity import SensitivityResult
-    from budgetmix.training.diagnostics import CurvePoint, RecoveryResult
+    from budgetmix.training.diagnostics import CurvePoint
+    from budgetmix.training.recovery_injection import RecoveryResult
     from rich.table import Table
 
 __all__ = ["DiagnoseOptions", "diagnose_main", "parse_diagnose_args"]
@@ -282,11 +283,11 @@ def _measure(
     from budgetmix.training.diagnostics import (
         frozenlake_q,
         invalid_reply,
-        recovery_injection,
         run_episodes,
         success_curve,
     )
     from budgetmix.training.envs import env_tasks
+    from budgetmix.training.recovery_injection import recovery_injection
 
     n = args.episodes
     # episodes: B's states at every budget, both curves, both recoveries (with and without)

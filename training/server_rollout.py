@@ -241,20 +241,10 @@ class ServerRollouts:
         )
         return out
 
-    def _play(self, spec: EpisodeSpec) -> _Played:
-        env = spec.task.make_env()
-        if not isinstance(env, ToolEnv):
-            raise ConfigError(
-                f"ServerRollouts: environment {type(env).__name__!r} is not a ToolEnv "
-                "(server rollouts play its deployed tools under the controller)"
-            )
-        slot = TokenLog()
-        results: list[tuple[int, StepResult]] = []
-        _record_results(env, results, slot)
-        task = env.reset(spec.task.seed)
+    def _episode(self, env: ToolEnv, task: str, spec: EpisodeSpec) -> ServerEpisode:
+        """The episode the agent plays: its controller, tools, chat model and client."""
         controller = self.controller(spec.budget, self.settings)
-        options = {**self.request_options, "model": self.model}
-        episode = ServerEpisode(
+        return ServerEpisode(
             env=env,
             task=task,
             controller=controller,
@@ -266,9 +256,21 @@ class ServerRollouts:
                 request_options=self.request_options,
             ),
             client=budgeted(self.client, controller),
-            request_options=options,
+            request_options={**self.request_options, "model": self.model},
             base_url=str(self.client.base_url),
         )
+
+    def _play(self, spec: EpisodeSpec) -> _Played:
+        env = spec.task.make_env()
+        if not isinstance(env, ToolEnv):
+            raise ConfigError(
+                f"ServerRollouts: environment {type(env).__name__!r} is not a ToolEnv "
+                "(server rollouts play its deployed tools under the controller)"
+            )
+        slot = TokenLog()
+        results: list[tuple[int, StepResult]] = []
+        _record_results(env, results, slot)
+        episode = self._episode(env, env.reset(spec.task.seed), spec)
         token = token_log.set(slot)
         full = False
         try:

@@ -30,6 +30,11 @@ from budgetmix.telemetry.configure import (
     configure_tracing,
 )
 from budgetmix.telemetry.jsonl import JsonlSpanExporter, read_jsonl_spans, span_to_dict
+from budgetmix.telemetry.log_redaction import (
+    REDACTED_LOGGERS,
+    RedactingLogFilter,
+    redact_log_records,
+)
 from budgetmix.telemetry.otlp_receiver import OTLPReceiver, ReceivedRequest, decode_trace_request
 from budgetmix.telemetry.processor import (
     DEFAULT_MAX_EXPORT_BATCH_SIZE,
@@ -39,13 +44,10 @@ from budgetmix.telemetry.processor import (
 )
 from budgetmix.telemetry.redaction import (
     REDACTED,
-    REDACTED_LOGGERS,
-    RedactingLogFilter,
     RedactingSpanExporter,
     redact_attributes,
     redact_content,
     redact_data,
-    redact_log_records,
     redact_text,
 )
 

@@ -8,7 +8,8 @@ formats distinctive enough to tell (``sk-ant-``, ``sk-proj-``, a long ``sk-`` ke
 letters and digits, AWS key ids). When a decoded view holds a credential, the text is
 returned decoded, with it masked. Base64 is not decoded: a key inside base64 text (a
 basic-auth header's value aside, which is masked after ``Authorization:``) is not found.
-:func:`redact_log_records` applies it to the records of the HTTP and provider SDK loggers.
+:mod:`budgetmix.telemetry.log_redaction` applies it to the records of the HTTP and
+provider SDK loggers.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import functools
 import html
 import json
-import logging
 import math
 import re
 import urllib.parse
@@ -31,13 +31,10 @@ from opentelemetry.util.types import Attributes, AttributeValue
 
 __all__ = [
     "REDACTED",
-    "REDACTED_LOGGERS",
-    "RedactingLogFilter",
     "RedactingSpanExporter",
     "redact_attributes",
     "redact_content",
     "redact_data",
-    "redact_log_records",
     "redact_text",
 ]
 
@@ -357,57 +354,6 @@ def _data(value: object, depth: int) -> object:
             out[name] = REDACTED if _is_secret_key(name) else _data(item, depth + 1)
         return out
     return [_data(item, depth + 1) for item in value]
-
-
-# ---------------------------------------------------------------- log records
-
-#: Loggers whose records are redacted once :func:`redact_log_records` ran (and their
-#: children): the HTTP clients and the provider SDKs, which log URLs and headers.
-REDACTED_LOGGERS = frozenset(
-    {"httpx", "httpx2", "httpcore", "h11", "h2", "urllib3", "requests", "openai", "anthropic"}
-)
-
-
-def _redact_record(record: logging.LogRecord) -> None:
-    try:
-        message = record.getMessage()
-    except Exception:  # a record whose arguments do not format: left to logging
-        return
-    masked = redact_text(message)
-    if masked is not message and masked != message:
-        record.msg, record.args = masked, None
-
-
-class RedactingLogFilter(logging.Filter):
-    """A logging filter that masks credentials in every record it sees (attach it to
-    your own handlers to cover any logger); it never drops a record."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """Mask the record's message in place; keep the record."""
-        _redact_record(record)
-        return True
-
-
-_installed: list[bool] = []
-
-
-def redact_log_records() -> None:
-    """Mask credentials in every record of the :data:`REDACTED_LOGGERS` (and their
-    children, such as ``httpx``'s INFO line with a request URL and its query string)
-    from now on; idempotent. budgetmix calls it when a transport or a budgeted client
-    is built. It wraps the log record factory, so it holds wherever the records go."""
-    if _installed:
-        return
-    _installed.append(True)
-    previous = logging.getLogRecordFactory()
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
-        if record.name.partition(".")[0] in REDACTED_LOGGERS:
-            _redact_record(record)
-        return record
-
-    logging.setLogRecordFactory(factory)
 
 
 class _RedactedSpan(ReadableSpan):

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from budgetmix.telemetry.log_redaction import RedactingLogFilter, redact_log_records
 from budgetmix.telemetry.redaction import (
     REDACTED,
-    RedactingLogFilter,
     redact_content,
     redact_data,
-    redact_log_records,
     redact_text,
 )
 from hypothesis import given, settings

@@ -19,7 +19,6 @@ from budgetmix.training.diagnostics import (
     frozenlake_q,
     invalid_reply,
     pointwise,
-    recovery_injection,
     run_episodes,
     success_curve,
     worst_action,
@@ -27,6 +26,7 @@ from budgetmix.training.diagnostics import (
 from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
 from budgetmix.training.monte_carlo import frozenlake_reseed, monte_carlo_q
+from budgetmix.training.recovery_injection import recovery_injection
 
 CORRIDOR = ("SFFG",)  # three moves right, nothing else matters
 SLIPPERY = ("SFF", "HFF", "HHG")

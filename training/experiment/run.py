@@ -38,7 +38,6 @@ from budgetmix.training.diagnostics import (
     EpisodeTrace,
     Policy,
     invalid_reply,
-    recovery_injection,
     run_episodes,
 )
 from budgetmix.training.envs.registry import env_tasks
@@ -57,6 +56,7 @@ from budgetmix.training.experiment.analysis import (
 )
 from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
 from budgetmix.training.experiment.environments import experiment_env
+from budgetmix.training.recovery_injection import recovery_injection
 
 __all__ = ["ExperimentReport", "run_experiment"]
 
