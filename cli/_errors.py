@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +46,7 @@ __all__ = [
     "output_dir",
     "output_file",
     "readable_file",
+    "resume_command",
     "run_command",
 ]
 
@@ -83,16 +86,75 @@ class CliParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {why}\n")
 
 
+#: What an interrupted command without its own account says it saved.
+_NOTHING_SAVED = "nothing saved to resume from; rerun the command to start again"
+
+
+def resume_command(prog: str, argv: Sequence[str], *extra: str) -> str:
+    """The shell command that reruns ``prog argv`` (plus ``extra`` flags not already in it)."""
+    import shlex
+
+    words = [*prog.split(), *argv, *(flag for flag in extra if flag not in argv)]
+    return shlex.join(words)
+
+
+@contextmanager
+def _terminate_as_interrupt(caught: list[int]) -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt as SIGINT does; ``caught`` gets the signal's number."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame: object) -> None:
+        caught.append(signum)
+        raise KeyboardInterrupt
+
+    before_term = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before_term)
+
+
+def _interrupted(prog: str, signum: int, on_interrupt: Callable[[], str] | None) -> int:
+    """Print the one line of an interrupted command; returns 128 + the signal's number."""
+    # a second Ctrl-C while the account is written must not end in a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        said = on_interrupt() if on_interrupt is not None else _NOTHING_SAVED
+    except Exception as exc:  # the account must not hide the interrupt
+        said = f"{_NOTHING_SAVED} (could not read what was saved: {one_line(str(exc))})"
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    name = signal.Signals(signum).name
+    print(f"{prog}: interrupted ({name}); {one_line(said)}", file=sys.stderr, flush=True)
+    return 128 + signum
+
+
 def run_command(
-    prog: str, body: Callable[[], int], *, errors: tuple[type[Exception], ...] = (UsageError,)
+    prog: str,
+    body: Callable[[], int],
+    *,
+    errors: tuple[type[Exception], ...] = (UsageError,),
+    on_interrupt: Callable[[], str] | None = None,
 ) -> int:
     """``body()``, or 2 after printing what it raised of ``errors`` (by default a
-    :class:`UsageError`) as one stderr line."""
+    :class:`UsageError`) as one stderr line.
+
+    Ctrl-C (SIGINT) and SIGTERM end the command with one stderr line and no
+    traceback, ``<prog>: interrupted (SIGINT); <account>``, and exit status 130
+    (SIGINT) or 143 (SIGTERM). ``on_interrupt()`` gives the account: what was saved
+    and the command that resumes (by default, that nothing was).
+    """
+    caught: list[int] = []
     try:
-        return body()
+        with _terminate_as_interrupt(caught):
+            return body()
     except errors as exc:
         print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted(prog, caught[0] if caught else signal.SIGINT, on_interrupt)
 
 
 @contextmanager

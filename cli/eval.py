@@ -15,18 +15,18 @@ OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``), and
 ``training_env.json`` records. ``--blind`` declares the agent budget-blind: no
 notice, no turns remaining, and prefix sharing.
 
-``report_main(argv)`` (from :mod:`budgetmix.cli.report`) rebuilds the
-report from a results file, or compares two (``--compare``). Both return a
-process exit code: 0 ok, 2 after one stderr line (a bad flag or config key is
-named: ``budgetmix eval: error: --samples: must be an integer >= 1, got 0``).
-"""
+``report_main(argv)`` (:mod:`budgetmix.cli.report`) rebuilds the report from a results
+file or compares two (``--compare``). Exit codes: 0 ok, 2 after one stderr line naming
+the flag or key (``budgetmix eval: error: --samples: must be an integer >= 1, got 0``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
+import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,7 +48,7 @@ from budgetmix.cli._errors import (
     output_dir,
     run_command,
 )
-from budgetmix.cli.eval_progress import progress_callbacks
+from budgetmix.cli.eval_progress import interrupt_account, progress_callbacks
 from budgetmix.cli.report import report_main, show_report, write_report
 from budgetmix.cli.tracing import TRACE_CHOICES, add_trace_argument, start_tracing
 from budgetmix.environment import EnvAgent, Task
@@ -68,6 +68,8 @@ __all__ = [
 ]
 
 _AGENTS = ("random", "oracle", "noisy", "local", "checkpoint", "openai")
+_EXECUTORS = ("thread", "process", "ray")
+_ERRORS = (BudgetmixError, ValueError)
 
 
 def _ints(text: str) -> list[int]:
@@ -97,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", type=_ints, help="turn budgets T, e.g. 4,8,16")
     p.add_argument("-k", "--samples", type=int, help="K, attempts per (task, T)")
     p.add_argument("--concurrency", type=int, help="episodes in flight (default 8)")
+    p.add_argument(
+        "--workers", type=int, help="worker processes or Ray actors (above 1: a process pool)"
+    )
+    p.add_argument(
+        "--executor",
+        choices=_EXECUTORS,
+        help="thread (default), process (--workers N) or ray (budgetmix[ray]; RAY_ADDRESS joins)",
+    )
     p.add_argument("--agent", choices=_AGENTS, help="which agent plays (default oracle)")
     p.add_argument("--noise", type=float, help="mistake rate of noisy / invalid rate of random")
     p.add_argument(
@@ -184,6 +194,7 @@ _INT_MIN = {
     "tasks": 1,
     "samples": 1,
     "concurrency": 1,
+    "workers": 1,
     "max_new_tokens": 1,
     "seed": 0,
     "training_ceiling": 1,
@@ -199,6 +210,7 @@ _CHOICES = {
     "env_seed_mode": ("task", "sample"),
     "on_error": ("raise", "record"),
     "trace": TRACE_CHOICES,
+    "executor": _EXECUTORS,
 }
 _BOOLS = ("blind", "no_prefix_sharing", "overwrite", "no_plots", "no_progress")
 
@@ -443,6 +455,16 @@ def _eval_config(cfg: Mapping[str, Any], agent_ident: Mapping[str, Any]) -> Eval
     )
 
 
+def _executor(cfg: Mapping[str, Any]) -> Any:
+    """``--executor`` (default: a process pool when ``--workers`` is above 1, else threads)."""
+    from budgetmix.evaluation.executors import executor_named
+
+    workers = int(cfg.get("workers", 1))
+    name = cfg.get("executor") or ("process" if workers > 1 else "thread")
+    with blame("--executor"):
+        return executor_named(name, workers)
+
+
 def _run_eval(cfg: Mapping[str, Any]) -> int:
     env = str(cfg["env"])
     seeds = cfg.get("seeds") or list(range(int(cfg.get("tasks", 5))))
@@ -460,13 +482,14 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
         with blame("--trace"):
             tracing = start_tracing(cfg.get("trace"), out)
     try:
-        if bar is not None:
-            with bar:
-                run = evaluator.run(
-                    out / "results.jsonl", on_record=on_record, on_plan=on_plan, overwrite=overwrite
-                )
-        else:
-            run = evaluator.run(out / "results.jsonl", overwrite=overwrite)
+        with bar or contextlib.nullcontext():
+            run = evaluator.run(
+                out / "results.jsonl",
+                on_record=on_record,
+                on_plan=on_plan,
+                overwrite=overwrite,
+                executor=_executor(cfg),
+            )
     finally:
         traced = tracing.finish() if tracing is not None else None
     if traced is not None:
@@ -488,11 +511,15 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
 def eval_main(argv: Sequence[str] | None = None) -> int:
     """``budgetmix eval``: run the grid, write results, summary, markdown and plots.
 
-    Returns 0, or 2 after one stderr line: a bad flag or config key (named), or a
-    run that stopped on a budgetmix error.
+    Returns 0; 2 after one stderr line (a bad flag or config key, named, or a budgetmix
+    error); 130/143 after Ctrl-C/SIGTERM, with one line naming what the rerun resumes.
     """
-    return run_command(
-        "budgetmix eval",
-        lambda: _run_eval(parse_eval_args(argv)),
-        errors=(BudgetmixError, ValueError),
-    )
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--overwrite"]
+    out: list[Path] = []
+
+    def body() -> int:
+        out.append(Path((cfg := parse_eval_args(argv)).get("out", "runs/eval")) / "results.jsonl")
+        return _run_eval(cfg)
+
+    account = lambda: interrupt_account(out[-1] if out else None, args)  # noqa: E731
+    return run_command("budgetmix eval", body, errors=_ERRORS, on_interrupt=account)

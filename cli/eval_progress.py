@@ -1,16 +1,19 @@
-"""What ``budgetmix eval`` shows while it runs: a live bar on a terminal, lines when piped."""
+"""What ``budgetmix eval`` shows while it runs (a live bar on a terminal, lines when
+piped) and when it is interrupted (what was saved, the command that resumes)."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from budgetmix.cli._errors import resume_command
 from budgetmix.evaluation.results import EpisodeRecord
 from budgetmix.progress import ProgressLine
 
-__all__ = ["progress_callbacks"]
+__all__ = ["interrupt_account", "progress_callbacks"]
 
 
 def progress_callbacks(
@@ -57,3 +60,14 @@ def _progress_lines() -> tuple[Any, Callable[[int, int], None], Callable[[Episod
             lines[0].advance()
 
     return contextlib.nullcontext(), on_plan, on_record
+
+
+def interrupt_account(results: Path | None, argv: Sequence[str]) -> str:
+    """What an interrupted evaluation saved and the command that resumes it."""
+    if results is None or not results.is_file():
+        return "nothing was written"
+    from budgetmix.evaluation.results import read_results
+
+    done = len(read_results(results).records)
+    again = resume_command("budgetmix eval", argv)
+    return f"{done} episodes saved in {str(results)!r}; resume with: {again}"

@@ -5,6 +5,11 @@ Examples::
     budgetmix train --preset echo-tiny
     budgetmix train --config run.toml --set steps=50 --set group_budgets='"mixed"'
     budgetmix train --preset frozenlake-tiny --output-dir runs/fl --resume
+    budgetmix train --preset frozenlake-tiny --output-dir runs/fl --overwrite
+
+A fresh run into a folder that holds a run (``metrics.jsonl``, a checkpoint or
+``final/``) is refused, naming ``--resume`` and ``--overwrite``; Ctrl-C or SIGTERM
+ends with one line naming the last checkpoint and the command that resumes.
     budgetmix train --env mypkg.envs:MyEnv --sft-data episodes.jsonl --set steps=10
     accelerate launch --multi_gpu --num_processes 2 -m budgetmix.cli train --preset echo-tiny
 """
@@ -13,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from budgetmix.cli._errors import (
@@ -27,6 +34,7 @@ from budgetmix.cli._errors import (
     one_line,
     output_dir,
     readable_file,
+    resume_command,
     run_command,
 )
 from budgetmix.exceptions import BudgetmixError
@@ -45,8 +53,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     src.add_argument("--config", help="a .json or .toml TrainConfig file")
     src.add_argument("--preset", help=f"a named preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--output-dir", help="where checkpoints, metrics.jsonl and final/ go")
-    parser.add_argument(
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume", action="store_true", help="continue from <output-dir>/checkpoint"
+    )
+    start.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in an output folder that holds a run (its metrics, "
+        "checkpoint and final model are deleted); without it such a folder is refused",
     )
     parser.add_argument(
         "--set",
@@ -174,10 +189,64 @@ def parse_train_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bo
     return config_from_args(args), bool(args.resume)
 
 
+#: What a run leaves in its output folder (checkpoint copies of an interrupted save too).
+RUN_FILES = ("metrics.jsonl", "checkpoint", "checkpoint.tmp", "checkpoint.old", "final")
+
+
+def _run_files(out: Path) -> list[str]:
+    return [name for name in RUN_FILES if (out / name).exists()]
+
+
+def _check_fresh(out: Path, overwrite: bool) -> None:
+    """Refuse a fresh run into a folder holding a run, or (``--overwrite``) clear it."""
+    found = _run_files(out)
+    if not found:
+        return
+    if not overwrite:
+        raise UsageError(
+            "--output-dir",
+            f"{str(out)!r} already holds a run ({', '.join(found)}); pass --resume to "
+            "continue it or --overwrite to delete it and start afresh",
+        )
+    for name in found:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)  # another rank may clear it too
+        else:
+            path.unlink(missing_ok=True)
+    (out / "fingerprint.json").unlink(missing_ok=True)
+
+
+def checkpoint_step(out: Path) -> int | None:
+    """The step of the checkpoint a ``--resume`` in ``out`` continues from, if any."""
+    from budgetmix.training.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(out)
+    if found is None:
+        return None
+    try:
+        step = json.loads((found / "state.json").read_text())["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
+def _interrupt_account(out: Path, argv: Sequence[str]) -> str:
+    """What an interrupted run saved and the command that continues it."""
+    step = checkpoint_step(out)
+    again = resume_command(PROG, [a for a in argv if a != "--overwrite"], "--resume")
+    if step is None:
+        fresh = resume_command(PROG, [a for a in argv if a != "--resume"], "--overwrite")
+        return f"no checkpoint saved yet in {str(out)!r}; start again with: {fresh}"
+    return f"checkpoint at step {step} saved in {str(out)!r}; resume with: {again}"
+
+
 def _train(config: TrainConfig, resume: bool) -> int:
     from budgetmix.training.distributed import prepare_launch
     from budgetmix.training.trainer import train
 
+    if resume and (step := checkpoint_step(Path(config.output_dir))) is not None:
+        print(f"resuming from step {step} in {config.output_dir!r}", file=sys.stderr, flush=True)
     try:
         prepare_launch()  # before the first Accelerator: N CPU ranks join one gloo group
         result = train(config, resume=resume)
@@ -208,7 +277,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 on a bad flag (one stderr line naming it) or a run that stops on a budgetmix
     error; argparse's own errors and ``--help`` end in ``SystemExit``.
     """
-    return run_command(PROG, lambda: _train(*parse_train_args(argv)))
+    args = list(sys.argv[1:] if argv is None else argv)
+    where: list[Path] = []
+
+    def body() -> int:
+        parsed = build_parser().parse_args(args)
+        config = config_from_args(parsed)
+        where.append(Path(config.output_dir))
+        if not parsed.resume:
+            _check_fresh(Path(config.output_dir), parsed.overwrite)
+        return _train(config, bool(parsed.resume))
+
+    def account() -> str:
+        if not where:
+            return "nothing was written"
+        return _interrupt_account(where[0], args)
+
+    return run_command(PROG, body, on_interrupt=account)
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:

@@ -241,7 +241,10 @@ def merge_results(
     merged = read_shards(shards)
     target = Path(out)
     if target.exists() and not overwrite:
-        raise ConfigError(f"results file {str(target)!r} exists; pass overwrite to replace it")
+        raise ConfigError(
+            f"results file {str(target)!r} exists; pass overwrite=True "
+            "(budgetmix eval-merge --overwrite) to replace it"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     lines = [dict(merged.header), *merged.runs]
     lines += [{"type": "episode", **r.to_dict()} for r in sorted(merged.records, key=_key)]

@@ -75,3 +75,6 @@ def test_merged_shards_equal_one_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     _run(other, tasks=2, config=replace(CFG, seed=7))
     code = main(["eval-merge", str(halves[0]), str(other), "--out", str(tmp_path / "x")])
     assert code == 2 and "different runs" in capsys.readouterr().err
+    # merging again into the same folder is refused naming the flag that replaces it
+    assert main(["eval-merge", *map(str, halves), "--out", str(out), "--no-plots"]) == 2
+    assert "(budgetmix eval-merge --overwrite)" in capsys.readouterr().err
