@@ -1,11 +1,11 @@
-"""The ``budgetmix`` command line: demo, eval, report, train, diagnose, notice.
+"""The ``budgetmix`` command line: demo, eval, report, train, init-model, diagnose, notice.
 
 Every command lives in this package, the top layer: only it may import
 training, evaluation, adapters and policies together (the import contract in
 ``pyproject.toml`` keeps the rest pointing one way). One module per command:
 :mod:`~budgetmix.cli.demo` (with ``demo_agent``, ``demo_stages``, ``demo_train``),
 :mod:`~budgetmix.cli.eval`, :mod:`~budgetmix.cli.report`,
-:mod:`~budgetmix.cli.train`, :mod:`~budgetmix.cli.diagnose`,
+:mod:`~budgetmix.cli.train`, :mod:`~budgetmix.cli.init_model`, :mod:`~budgetmix.cli.diagnose`,
 :mod:`~budgetmix.cli.notice`; their shared flag checks are ``_errors``.
 
 Each sub-command imports its machinery lazily so ``budgetmix --help`` stays fast
@@ -42,6 +42,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "rebuild or compare evaluation reports",
     ),
     "train": ("budgetmix.cli.train", "train_main", "fine-tune a local model with BudgetMix RL"),
+    "init-model": (
+        "budgetmix.cli.init_model",
+        "init_model_main",
+        "make a base model to train from, from a local tokenizer",
+    ),
     "diagnose": (
         "budgetmix.cli.diagnose",
         "diagnose_main",

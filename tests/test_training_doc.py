@@ -2,8 +2,8 @@
 
 The ```bash and ```python blocks of docs/training.md are read top to bottom and run
 in one empty working directory holding what the walk-through says is there: the
-user's checkpoint ``base/`` (a byte-level BPE trained locally, Qwen2.5's template, a
-tiny Qwen2 saved with ``save_pretrained``) and ``user_env.py`` (a copy of
+user's tokenizer ``tokenizer/`` (a byte-level BPE trained locally, Qwen2.5's template;
+the walk's first command makes ``base/`` from it) and ``user_env.py`` (a copy of
 examples/user_env.py). ``budgetmix`` commands run as ``python -m budgetmix.cli``,
 ``accelerate launch`` as ``python -m accelerate.commands.launch`` on 2 CPU processes;
 ``budgetmix train`` gets the flags that shrink a run appended (as the README's test
@@ -71,6 +71,10 @@ def test_the_doc_has_the_walk_through_blocks() -> None:
     everything = [w for lang, body in blocks if lang == "bash" for w in commands(body)]
     assert all(w[0] in ("budgetmix", "accelerate") for w in everything)
     assert any("--sft-data" in w and "user_env:Counter" in w for w in everything)
+    # the walk makes its base first (budgetmix init-model), then trains from it
+    made = [i for i, w in enumerate(everything) if w[:2] == ["budgetmix", "init-model"]]
+    used = [i for i, w in enumerate(everything) if w[1] != "init-model" and "base" in str(w)]
+    assert made and used and made[0] < used[0]
 
 
 @pytest.mark.slow
@@ -78,9 +82,9 @@ def test_training_doc_runs_in_order(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     sys.path.insert(0, str(ROOT / "tests" / "training"))
-    from _layout_fixtures import build_bpe_tokenizer, save_tiny_checkpoint
+    from _layout_fixtures import build_bpe_tokenizer
 
-    save_tiny_checkpoint("qwen", build_bpe_tokenizer("qwen"), tmp_path / "base")
+    build_bpe_tokenizer("qwen").save_pretrained(tmp_path / "tokenizer")  # the doc makes base/
     shutil.copy(ROOT / "examples" / "user_env.py", tmp_path / "user_env.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     ran: list[tuple[str, str]] = []  # (language, stdout) of every run
