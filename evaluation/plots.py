@@ -31,6 +31,7 @@ __all__ = [
     "SCRIPTED_AGENTS",
     "arm_colour",
     "budget_ticks",
+    "distinct_colours",
     "plot_comparison",
     "plot_cost_curves",
     "plot_heatmap",
@@ -49,8 +50,9 @@ ARM_COLOURS: Mapping[str, str] = {
     "oracle": "tab:purple",
     "random": "tab:brown",
     "noisy": "tab:pink",
+    "budgetmix-masked": "tab:cyan",
 }
-_PALETTE = ("tab:red", "tab:olive", "tab:cyan", "navy", "maroon", "darkgoldenrod")
+_PALETTE = ("tab:red", "tab:olive", "navy", "maroon", "darkgoldenrod", "teal")
 #: Agents whose episodes take no model time: their wall time measures the machine.
 SCRIPTED_AGENTS = frozenset({"oracle", "random", "noisy", "scripted"})
 
@@ -59,6 +61,17 @@ def arm_colour(name: str) -> str:
     """The colour of arm/agent ``name``: fixed for known names, a stable pick for others."""
     known = ARM_COLOURS.get(name)
     return known if known is not None else _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
+
+
+def distinct_colours(names: Sequence[str]) -> list[str]:
+    """:func:`arm_colour` of each name, a name whose colour an earlier one holds moved to
+    the first colour nobody holds (two lines of one plot never share a colour)."""
+    taken: list[str] = []
+    spare = [c for c in (*ARM_COLOURS.values(), *_PALETTE) if c not in map(arm_colour, names)]
+    for name in names:
+        colour = arm_colour(name)
+        taken.append(colour if colour not in taken else spare.pop(0))
+    return taken
 
 
 def budget_ticks(ax: Any, budgets: Sequence[int], labels: Sequence[str] | None = None) -> None:
@@ -140,6 +153,19 @@ def plot_heatmap(summary: Mapping[str, Any], path: str | Path) -> Path:
     return save_figure(fig, plt, path)
 
 
+def _shade_beyond_ceiling(ax: Any, cells: Sequence[Mapping[str, Any]]) -> None:
+    """Shade the whole region beyond the training ceiling: from halfway between the last
+    budget inside it and the first beyond it, to the right edge of the axis."""
+    extra = [c["budget"] for c in cells if c.get("extrapolated")]
+    if not extra:
+        return
+    inside = [c["budget"] for c in cells if not c.get("extrapolated") and c["budget"] < min(extra)]
+    left = (max(inside) + min(extra)) / 2 if inside else min(extra) - 0.5
+    right = max(extra) + max(0.5, 0.05 * (max(extra) - min(c["budget"] for c in cells)))
+    ax.axvspan(left, right, color="grey", alpha=0.15, lw=0, label="beyond training ceiling")
+    ax.set_xlim(right=right)
+
+
 def plot_success_curves(summary: Mapping[str, Any], path: str | Path) -> Path:
     """pass@k against T for every k, with interval bands."""
     plt = pyplot()
@@ -150,15 +176,7 @@ def plot_success_curves(summary: Mapping[str, Any], path: str | Path) -> Path:
         est = [c["pass_at_k"][k - 1] for c in cells]
         ax.plot(xs, [e["value"] for e in est], marker="o", label=f"pass@{k}", color=f"C{k - 1}")
         ax.fill_between(xs, [e["lo"] for e in est], [e["hi"] for e in est], alpha=0.12)
-    extra = [c["budget"] for c in cells if c.get("extrapolated")]
-    if extra:
-        ax.axvspan(
-            min(extra) - 0.5,
-            max(extra) + 0.5,
-            color="grey",
-            alpha=0.1,
-            label="beyond training ceiling",
-        )
+    _shade_beyond_ceiling(ax, cells)
     ax.set_xlabel("turn budget T")
     ax.set_ylabel("success")
     ax.set_ylim(-0.02, 1.02)
@@ -230,8 +248,9 @@ def plot_comparison(comparison: Mapping[str, Any], path: str | Path) -> Path:
     la, lb = comparison["labels"]
     xs = [r["budget"] for r in rows]
     fig, (top, bot) = plt.subplots(2, 1, figsize=(6.0, 6.0), sharex=True)
+    colours = dict(zip(("a", "b"), distinct_colours([la, lb]), strict=True))
     for key, lab in (("a", la), ("b", lb)):
-        colour = arm_colour(lab)
+        colour = colours[key]
         top.plot(xs, [r[key]["value"] for r in rows], marker="o", label=lab, color=colour)
         lo, hi = [r[key]["lo"] for r in rows], [r[key]["hi"] for r in rows]
         top.fill_between(xs, lo, hi, alpha=0.15, color=colour)
@@ -247,7 +266,7 @@ def plot_comparison(comparison: Mapping[str, Any], path: str | Path) -> Path:
         yerr=[[d["value"] - d["lo"] for d in diff], [d["hi"] - d["value"] for d in diff]],
         marker="o",
         capsize=3,
-        color=arm_colour(lb),
+        color=colours["b"],
     )
     budget_ticks(bot, xs)
     bot.set_xlabel("turn budget T")

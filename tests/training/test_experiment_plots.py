@@ -77,3 +77,49 @@ def test_every_plot_has_a_title_budget_ticks_and_one_colour_per_arm(
         assert len(curves) == 2 and {to_hex(ln.get_color()) for ln in curves} == {want}
     (bm,) = [c for c in difference.containers if c.get_label() == "budgetmix - fixed"]
     assert to_hex(bm.patches[0].get_facecolor()) == to_hex(arm_colour("budgetmix"))
+
+
+def _with_masked_pair_and_sensitivity(out: Path) -> ExperimentReport:
+    report = _report(out)
+    masked = [
+        {**c, "versus": "budgetmix-masked", "diff": 0.05} for c in report.comparison
+    ]  # the second pair of the same arm
+    turns = list(range(1, 11))
+    seed = {"p_flip": [0.5] * len(turns)}
+    sens = {
+        arm: {"turns_left": turns, "p_flip": [0.1 * (t % 2) for t in turns], "per_seed": [seed],
+              "mean": 0.1, "lo": 0.0, "hi": 0.2, "optimal_budgets": [3, 4], "flip_action": "up"}
+        for arm in ("base", *ARMS)
+    }  # fmt: skip
+    return ExperimentReport(
+        **{
+            **report.__dict__,
+            "comparison": [*report.comparison, *masked],
+            "diagnostics": {"sensitivity": sens},
+        }
+    )
+
+
+def test_two_pairs_of_one_arm_get_two_colours(tmp_path: Path, figures: list[Any]) -> None:
+    _plots(_with_masked_pair_and_sensitivity(tmp_path), tmp_path)
+    (difference,) = [f.axes[0] for f in figures if f.axes[0].get_title().startswith("Paired")]
+    bars = {
+        c.get_label(): to_hex(c.patches[0].get_facecolor())
+        for c in difference.containers
+        if hasattr(c, "patches")
+    }
+    fixed, masked = bars["budgetmix - fixed"], bars["budgetmix - budgetmix-masked"]
+    assert fixed == to_hex(arm_colour("budgetmix")) and masked != fixed  # both orange before
+
+
+def test_budget_sensitivity_ticks_whole_turns_and_its_legend_covers_no_data(
+    tmp_path: Path, figures: list[Any]
+) -> None:
+    _plots(_with_masked_pair_and_sensitivity(tmp_path), tmp_path)
+    (fig,) = [f for f in figures if f.axes[0].get_title().startswith("Budget sensitivity")]
+    ax = fig.axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # no 2.5 / 7.5 turns
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert not legend.overlaps(ax.get_window_extent())  # beside the axes, not over the lines

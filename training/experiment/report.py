@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from budgetmix.evaluation.plots import arm_colour, budget_ticks, pyplot, save_figure
+from budgetmix.evaluation.plots import (
+    arm_colour,
+    budget_ticks,
+    distinct_colours,
+    pyplot,
+    save_figure,
+)
 
 if TYPE_CHECKING:
     from budgetmix.training.experiment.run import ExperimentReport
@@ -363,6 +369,8 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
         return f"{c.get('arm', 'budgetmix')} - {c.get('versus', 'fixed')}"
 
     arms = list(dict.fromkeys(pair(c) for c in report.comparison))
+    # each pair in its arm's colour; a second pair of one arm gets a colour of its own
+    colours = distinct_colours([arm.split(" - ")[0] for arm in arms])
     width = 0.8 / len(arms)
     for j, arm in enumerate(arms):
         rows = [c for c in report.comparison if pair(c) == arm]
@@ -379,7 +387,7 @@ def _difference_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
             yerr=err,
             capsize=3,
             label=arm,
-            color=arm_colour(arm.split(" - ")[0] if j != 2 else "budgetmix-mixed"),
+            color=colours[j],
         )
     first = [c for c in report.comparison if pair(c) == arms[0]]
     ax.set_xticks(range(len(first)))
@@ -416,9 +424,11 @@ def _training_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
 
 
 def _sensitivity_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
     sens = report.diagnostics.get("sensitivity") or {}
     env = _environment(report)
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(8.4, 3.8))
     for arm, s in sens.items():
         ax.plot(s["turns_left"], s["p_flip"], marker="o", ms=3, color=arm_colour(arm),
                 label=f"{arm}: S={_s_text(s)}")  # fmt: skip
@@ -431,9 +441,10 @@ def _sensitivity_plot(plt: Any, report: ExperimentReport, path: Path) -> Path:
         ax.step(first["turns_left"], oracle, "k--", where="mid", label="oracle (best move)")
         ax.set_ylabel(f"P({first['flip_action']!r}) at the {env['state_name']}")
     ax.set_xlabel("turns left (first turn of an episode with budget T)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"Budget sensitivity: {env['decision']}")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the data
     return save_figure(fig, plt, path)
 
 

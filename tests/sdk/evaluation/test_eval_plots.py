@@ -101,3 +101,24 @@ def test_arm_colours_are_fixed_and_stable() -> None:
     assert plots.arm_colour("fixed") == "tab:blue"
     assert plots.arm_colour("budgetmix") == "tab:orange"
     assert plots.arm_colour("my-arm") == plots.arm_colour("my-arm")  # no per-process hash
+
+
+def test_the_region_beyond_the_training_ceiling_is_shaded_to_the_edge(
+    results: Path, tmp_path: Path, figures: list[Any]
+) -> None:
+    plots.plot_success_curves(_summary(results, {"kind": "random"}), tmp_path / "s.png")
+    ax = figures[0].axes[0]
+    (span,) = [p for p in ax.patches if p.get_label() == "beyond training ceiling"]
+    x0, x1 = span.get_x(), span.get_x() + span.get_width()
+    assert x0 == 6.0  # halfway between budget 4 (inside the ceiling) and 8 (beyond it)
+    assert x1 == ax.get_xlim()[1] and x1 > 8  # to the axis's right edge (a 1-wide band before)
+
+
+def test_two_labels_of_one_colour_are_told_apart(
+    results: Path, tmp_path: Path, figures: list[Any]
+) -> None:
+    a, b = "run-2", "run-3"
+    assert plots.arm_colour(a) == plots.arm_colour(b)  # the palette's stable pick collides
+    compare_runs(results, results, tmp_path / "ab", (a, b), n_boot=50)
+    colours = {ln.get_label(): to_hex(ln.get_color()) for ln in figures[0].axes[0].lines}
+    assert colours[a] != colours[b]
