@@ -63,8 +63,11 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def progress_text(stage: str, done: int, total: int, elapsed: float, *, start: int = 0) -> str:
-    """One progress line; the time left extrapolates the rate since ``start`` steps."""
+def progress_text(
+    stage: str, done: int, total: int, elapsed: float, *, start: int = 0, unit: str = "step"
+) -> str:
+    r"""One progress line; the time left extrapolates the rate since ``start`` ``unit``\ s
+    (``step``, or ``tokens`` for a loop that stops on a token budget)."""
     pct = 100 if total <= 0 else min(100, 100 * done // total)
     rate_steps = done - start
     if done >= total:
@@ -73,7 +76,7 @@ def progress_text(stage: str, done: int, total: int, elapsed: float, *, start: i
         left = f"~{format_duration(elapsed / rate_steps * (total - done))} left"
     else:
         left = "time left unknown"
-    return f"{stage}: step {done}/{total} ({pct}%), elapsed {format_duration(elapsed)}, {left}"
+    return f"{stage}: {unit} {done}/{total} ({pct}%), elapsed {format_duration(elapsed)}, {left}"
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -89,8 +92,11 @@ class ProgressLine:
 
     ``enabled=None`` writes only when ``stream`` is not a terminal (a terminal
     has its live bar); ``True``/``False`` force it on or off. ``start`` is the
-    step the loop resumes from. ``stream`` defaults to ``sys.stdout`` at write
-    time; ``interval_s`` to :func:`progress_interval`.
+    step the loop resumes from; ``unit`` what is counted (``step``, ``tokens``).
+    ``stream`` defaults to ``sys.stdout`` at write time; ``interval_s`` to
+    :func:`progress_interval`. The clock starts at construction; :meth:`begin`
+    restarts it when the loop starts later (a second phase), so its time left
+    counts only its own time.
     """
 
     def __init__(
@@ -103,8 +109,10 @@ class ProgressLine:
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         interval_s: float | None = None,
+        unit: str = "step",
     ) -> None:
         self.stage, self.total, self.start, self.done = stage, total, start, start
+        self.unit = unit
         self._stream, self._clock = stream, clock
         self.interval_s = progress_interval() if interval_s is None else interval_s
         self._began = self._last = clock()
@@ -116,6 +124,10 @@ class ProgressLine:
     def stream(self) -> TextIO:
         """Where the lines go."""
         return sys.stdout if self._stream is None else self._stream
+
+    def begin(self) -> None:
+        """Start the clock now: the loop starts here (elapsed and time left count from now)."""
+        self._began = self._last = self._clock()
 
     def update(self, done: int) -> None:
         """Record that ``done`` steps are complete; write a line when one is due."""
@@ -140,5 +152,8 @@ class ProgressLine:
 
     def _write(self, now: float) -> None:
         self._last = now
-        text = progress_text(self.stage, self.done, self.total, now - self._began, start=self.start)
+        elapsed = now - self._began
+        text = progress_text(
+            self.stage, self.done, self.total, elapsed, start=self.start, unit=self.unit
+        )
         print(text, file=self.stream, flush=True)

@@ -28,7 +28,6 @@ import torch
 from budgetmix.environment import Task
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.policies.samplers import BudgetDraw
-from budgetmix.progress import ProgressLine
 from budgetmix.training import rl_groups
 from budgetmix.training.algorithms import (
     group_advantages,
@@ -44,6 +43,7 @@ from budgetmix.training.envs import env_spec
 from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
 from budgetmix.training.models import build_policy
+from budgetmix.training.phase_progress import bar_completed, phase_lines, rl_done
 from budgetmix.training.provenance import write_run_fingerprint, write_training_env
 from budgetmix.training.recordings import RecordedBatches
 from budgetmix.training.reference import KLReference
@@ -376,7 +376,7 @@ class Trainer:
         cfg = self.config
         total = cfg.sft_steps + cfg.steps
         watched = cfg.progress and self.acc.is_main_process
-        lines = _phase_lines(cfg, self.step, watched)  # a pipe or a file: a line at an interval
+        lines = phase_lines(cfg, self.step, watched, self.rl_tokens)  # piped: a line a while
         self.model.train()
         with Progress(disable=not watched) as bar:
             task = bar.add_task("train", total=total, completed=self.step)
@@ -384,19 +384,23 @@ class Trainer:
                 total = self.step if 0 < (cfg.token_budget or 0) <= self.rl_tokens else total
                 if (stop_after is not None and self.step >= stop_after) or self.step >= total:
                     break
+                if self.step == cfg.sft_steps and cfg.sft_steps:
+                    lines[1].begin()  # the RL phase's own clock: its ETA leaves SFT's time out
                 record = self.sft_step() if self.step < cfg.sft_steps else self.rl_step()
                 record = {"step": self.step, **record}
                 if self.acc.is_main_process:
                     self.log.write(record)
                 self.step += 1
                 sft = self.step <= cfg.sft_steps
-                lines[0 if sft else 1].update(self.step if sft else self.step - cfg.sft_steps)
+                phase_done = self.step if sft else rl_done(cfg, self.step, self.rl_tokens)
+                lines[0 if sft else 1].update(phase_done)
                 shown = " ".join(
                     f"{k}={float(record[k]):.3f}"
                     for k in ("sft_loss", "reward", "success")
                     if k in record
                 )
-                bar.update(task, advance=1, description=f"{record['phase']} {shown}")
+                done = bar_completed(cfg, self.step, self.rl_tokens)  # tokens, under a token budget
+                bar.update(task, completed=done, description=f"{record['phase']} {shown}")
                 if self.step % cfg.save_every == 0 or self.step == total:
                     self.save()
         final = None
@@ -459,15 +463,6 @@ class Trainer:
         )
         self.sample_gen.set_state(gen_state)
         return summarize(self._gather([summary_of(r) for r in rollouts]))
-
-
-def _phase_lines(cfg: TrainConfig, step: int, shown: bool) -> tuple[ProgressLine, ProgressLine]:
-    """Progress lines of the SFT and the RL phase, resuming at global ``step``."""
-    enabled = None if shown else False  # None: only where stdout is not a terminal
-    return (
-        ProgressLine("sft", cfg.sft_steps, start=min(step, cfg.sft_steps), enabled=enabled),
-        ProgressLine("rl", cfg.steps, start=max(0, step - cfg.sft_steps), enabled=enabled),
-    )
 
 
 def _prefixed(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
