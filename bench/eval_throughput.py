@@ -12,6 +12,14 @@ Part 2: a budget-blind agent on a grid of budgets, run with prefix sharing and
 with separate runs per budget; the table gives model calls (= env steps) and
 wall time of both.
 
+Part 3 (``--workers-only`` runs just this part): a CPU-bound agent (``--cpu-ms``
+of busy work per turn) played by the thread executor and by the process pool
+(:class:`~budgetmix.evaluation.executors.ProcessExecutor`) at 1 and 2 workers:
+episodes/s side by side and the ratio 2 workers / 1 worker (goal 1.8x on two
+idle cores), with the machine's load average; then the evaluator's own CPU per
+8-turn episode (an agent and environment that cost nothing, one episode in
+flight; goal <= 1 ms).
+
 Prints markdown tables with medians over ``--repeats``.
 """
 
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
@@ -27,6 +36,7 @@ from pathlib import Path
 
 from budgetmix.environment import StepLabel, StepResult, Task
 from budgetmix.evaluation import EvalConfig, Evaluator
+from budgetmix.evaluation.executors import ProcessExecutor, ThreadExecutor, UnitExecutor
 
 
 class WalkEnv:
@@ -97,12 +107,83 @@ def sharing(shared: bool, latency: float) -> tuple[int, int, float]:
     return len(run.records), run.env_steps, run.elapsed_s
 
 
+class BusyAgent(AsyncAgent):
+    """Burns ``latency`` seconds of CPU per action (a local model's forward pass)."""
+
+    def act(self, observation: str, notice: str | None, turns_remaining: int | None) -> str:  # type: ignore[override]
+        end = time.thread_time() + self.latency
+        while time.thread_time() < end:
+            pass
+        return "+"
+
+
+def cpu_bound(executor: UnitExecutor, cpu_s: float, turns: int, episodes: int) -> float:
+    """Episodes/s of ``episodes`` CPU-bound episodes of ``turns`` turns under ``executor``."""
+    tasks = [
+        Task(task_id=f"t{i}", make_env=lambda: WalkEnv(turns), seed=i) for i in range(episodes)
+    ]
+    cfg = EvalConfig(budgets=(turns * 2,), concurrency=2)
+    with tempfile.TemporaryDirectory() as d:
+        run = Evaluator(lambda: BusyAgent(cpu_s), tasks, cfg).run(
+            Path(d) / "r.jsonl", executor=executor
+        )
+    return len(run.records) / run.elapsed_s
+
+
+def own_cost(turns: int, episodes: int) -> float:
+    """The evaluator's CPU seconds per episode with an agent and environment that cost nothing."""
+    tasks = [
+        Task(task_id=f"t{i}", make_env=lambda: WalkEnv(turns), seed=i) for i in range(episodes)
+    ]
+    cfg = EvalConfig(budgets=(turns * 2,), concurrency=1)
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.process_time()
+        Evaluator(lambda: SyncAgent(0.0), tasks, cfg).run(Path(d) / "r.jsonl")
+        return (time.process_time() - t0) / episodes
+
+
+def workers_part(args: argparse.Namespace) -> None:
+    """Part 3: episodes/s at 1 and 2 workers, and the evaluator's own cost."""
+    cpu_s, n = args.cpu_ms / 1000, args.episodes
+    load = os.getloadavg()[0]
+    rows: dict[str, list[float]] = {
+        "thread (1 core)": [],
+        "process, 1 worker": [],
+        "process, 2 workers": [],
+    }
+    for _ in range(args.repeats):  # interleaved, so load drifts hit every row alike
+        rows["thread (1 core)"].append(cpu_bound(ThreadExecutor(), cpu_s, args.turns, n))
+        rows["process, 1 worker"].append(cpu_bound(ProcessExecutor(1), cpu_s, args.turns, n))
+        rows["process, 2 workers"].append(cpu_bound(ProcessExecutor(2), cpu_s, args.turns, n))
+    print(
+        f"CPU-bound agent: {args.cpu_ms:g} ms CPU per turn, {args.turns} turns, {n} episodes, "
+        f"median of {args.repeats}; load average {load:.2f} -> {os.getloadavg()[0]:.2f} (1 min), "
+        f"{os.cpu_count()} CPUs\n"
+    )
+    print("| executor | episodes/s (median, min-max) |")
+    print("|---|---|")
+    med = {}
+    for name, eps in rows.items():
+        med[name] = statistics.median(eps)
+        print(f"| {name} | {med[name]:.2f} ({min(eps):.2f}-{max(eps):.2f}) |")
+    ratio = med["process, 2 workers"] / med["process, 1 worker"]
+    print(f"\n2 workers / 1 worker: {ratio:.2f}x (goal 1.8x on two idle cores)")
+    cost = statistics.median(own_cost(8, 200) for _ in range(args.repeats))
+    print(f"evaluator's own CPU per 8-turn episode: {cost * 1000:.2f} ms (goal <= 1 ms)\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--latency", type=float, default=0.02)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cpu-ms", type=float, default=5.0, help="part 3: CPU per turn")
+    ap.add_argument("--episodes", type=int, default=24, help="part 3: episodes per run")
+    ap.add_argument("--workers-only", action="store_true", help="run part 3 only")
     args = ap.parse_args()
+    workers_part(args)
+    if args.workers_only:
+        return
     print(
         f"latency {args.latency * 1000:.0f} ms/turn, {args.turns} turns/episode, "
         f"4 x concurrency episodes, median of {args.repeats}\n"

@@ -54,6 +54,7 @@ from budgetmix.environment import (
     Task,
     is_async_agent,
 )
+from budgetmix.evaluation.executors import ThreadExecutor, UnitExecutor
 from budgetmix.evaluation.results import EpisodeRecord, EvalRun, ResultsWriter
 from budgetmix.evaluation.trajectory import (
     EpisodeKey,
@@ -173,6 +174,7 @@ class RunOptions(TypedDict, total=False):
     on_record: Callable[[EpisodeRecord], None] | None
     on_plan: Callable[[int, int], None] | None
     overwrite: bool
+    executor: UnitExecutor | None
 
 
 class _Tally:
@@ -294,11 +296,14 @@ class Evaluator:
         on_record: Callable[[EpisodeRecord], None] | None = None,
         on_plan: Callable[[int, int], None] | None = None,
         overwrite: bool = False,
+        executor: UnitExecutor | None = None,
     ) -> EvalRun:
         """Run the missing part of the grid, appending records to ``results_path``.
 
         ``on_plan(to_produce, skipped)`` is called once before any episode (record
-        counts); ``on_record(record)`` as each record is written.
+        counts); ``on_record(record)`` as each record is written. ``executor`` plays
+        the episodes (:mod:`.executors`: threads by default, a process pool, Ray);
+        this process writes every record, whichever ran it.
 
         Raises:
             ConfigError: the results file belongs to another run identity (the message
@@ -322,7 +327,7 @@ class Evaluator:
         try:
             with writer:
                 writer.write_run(self._run_header())
-                await self._run_units(units, workers, tally)
+                await (executor or ThreadExecutor()).run_units(self, units, tally)
                 all_records = tuple(writer.done[k] for k in sorted(wanted) if k in writer.done)
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -351,29 +356,6 @@ class Evaluator:
             "prefix_sharing": self.shares_prefixes,
             "concurrency": cfg.concurrency,
         }
-
-    async def _run_units(self, units: Sequence[_Unit], workers: int, tally: _Tally) -> None:
-        """Play ``units`` with ``workers`` in flight; the first error cancels the rest."""
-        queue: asyncio.Queue[_Unit] = asyncio.Queue()
-        for u in units:
-            queue.put_nowait(u)
-
-        async def worker() -> None:
-            while True:
-                try:
-                    unit = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                records, steps = await self._run_unit(unit)
-                tally.add(records, steps)
-
-        tasks = [asyncio.create_task(worker()) for _ in range(workers)]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _call(self, fn: Callable[..., R], *args: Any) -> R:
         loop = asyncio.get_running_loop()
