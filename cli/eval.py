@@ -15,18 +15,18 @@ OpenAI-compatible server at ``--base-url``; key from ``--api-key-env``), and
 ``training_env.json`` records. ``--blind`` declares the agent budget-blind: no
 notice, no turns remaining, and prefix sharing.
 
-``report_main(argv)`` (from :mod:`budgetmix.cli.report`) rebuilds the
-report from a results file, or compares two (``--compare``). Both return a
-process exit code: 0 ok, 2 after one stderr line (a bad flag or config key is
-named: ``budgetmix eval: error: --samples: must be an integer >= 1, got 0``).
-"""
+``report_main(argv)`` (:mod:`budgetmix.cli.report`) rebuilds the report from a results
+file or compares two (``--compare``). Exit codes: 0 ok, 2 after one stderr line naming
+the flag or key (``budgetmix eval: error: --samples: must be an integer >= 1, got 0``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
+import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,7 +48,7 @@ from budgetmix.cli._errors import (
     output_dir,
     run_command,
 )
-from budgetmix.cli.eval_progress import progress_callbacks
+from budgetmix.cli.eval_progress import interrupt_account, progress_callbacks
 from budgetmix.cli.report import report_main, show_report, write_report
 from budgetmix.cli.tracing import TRACE_CHOICES, add_trace_argument, start_tracing
 from budgetmix.environment import EnvAgent, Task
@@ -69,6 +69,7 @@ __all__ = [
 
 _AGENTS = ("random", "oracle", "noisy", "local", "checkpoint", "openai")
 _EXECUTORS = ("thread", "process", "ray")
+_ERRORS = (BudgetmixError, ValueError)
 
 
 def _ints(text: str) -> list[int]:
@@ -481,18 +482,13 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
         with blame("--trace"):
             tracing = start_tracing(cfg.get("trace"), out)
     try:
-        if bar is not None:
-            with bar:
-                run = evaluator.run(
-                    out / "results.jsonl",
-                    on_record=on_record,
-                    on_plan=on_plan,
-                    overwrite=overwrite,
-                    executor=_executor(cfg),
-                )
-        else:
+        with bar or contextlib.nullcontext():
             run = evaluator.run(
-                out / "results.jsonl", overwrite=overwrite, executor=_executor(cfg)
+                out / "results.jsonl",
+                on_record=on_record,
+                on_plan=on_plan,
+                overwrite=overwrite,
+                executor=_executor(cfg),
             )
     finally:
         traced = tracing.finish() if tracing is not None else None
@@ -515,11 +511,15 @@ def _run_eval(cfg: Mapping[str, Any]) -> int:
 def eval_main(argv: Sequence[str] | None = None) -> int:
     """``budgetmix eval``: run the grid, write results, summary, markdown and plots.
 
-    Returns 0, or 2 after one stderr line: a bad flag or config key (named), or a
-    run that stopped on a budgetmix error.
+    Returns 0; 2 after one stderr line (a bad flag or config key, named, or a budgetmix
+    error); 130/143 after Ctrl-C/SIGTERM, with one line naming what the rerun resumes.
     """
-    return run_command(
-        "budgetmix eval",
-        lambda: _run_eval(parse_eval_args(argv)),
-        errors=(BudgetmixError, ValueError),
-    )
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--overwrite"]
+    out: list[Path] = []
+
+    def body() -> int:
+        out.append(Path((cfg := parse_eval_args(argv)).get("out", "runs/eval")) / "results.jsonl")
+        return _run_eval(cfg)
+
+    account = lambda: interrupt_account(out[-1] if out else None, args)  # noqa: E731
+    return run_command("budgetmix eval", body, errors=_ERRORS, on_interrupt=account)
