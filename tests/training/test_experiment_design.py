@@ -91,6 +91,31 @@ def test_contrast_pairs_units_and_episodes_by_hand() -> None:
     ]  # fmt: skip
 
 
+def test_markdown_renders_the_summary_rows() -> None:
+    from budgetmix.training.experiment.design import markdown
+
+    units = [
+        _unit("budgetmix", 0, 0, **{"25%": "1011", "50%": "0001"}),
+        _unit("budgetmix-masked", 0, 0, **{"25%": "0010", "50%": "0011"}),
+    ]
+    summary = {
+        "budgets": {"25%": 4, "50%": 8},
+        "voi": [{"fraction": "25%", "voi": 0.261}, {"fraction": "50%", "voi": 0.163}],
+        "success": success_rows(units, {"25%": 4, "50%": 8}),
+        "gate": {"passed": True, "reason": "ok", "error_rate": 0.2, "source": "pilot"},
+        "units": [[0, 0]],
+        "endpoints": {
+            "primary": contrast(units, "budgetmix", "budgetmix-masked", ("25%", "50%")),
+            "secondary": None,
+        },
+    }
+    text = markdown(summary)
+    assert "| VoI at the gate's error rate, points | 26.1 | 16.3 |" in text
+    assert "| budgetmix | 75.0 | 25.0 |" in text and "| budgetmix-masked | 25.0 | 50.0 |" in text
+    assert "**Primary** (budgetmix - budgetmix-masked, mean over 25%/50%, 1 units): **+12.5" in text
+    assert "**Secondary**: no unit evaluated yet." in text
+
+
 @pytest.mark.slow
 def test_one_base_runs_seed_by_seed_resumes_and_summarises(tmp_path: Path) -> None:
     cfg = experiment_preset(

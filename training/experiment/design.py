@@ -49,6 +49,7 @@ __all__ = [
     "GateRefused",
     "contrast",
     "gate_verdict",
+    "markdown",
     "run_base",
     "run_design",
     "success_rows",
@@ -319,6 +320,58 @@ def write_summary(config: ExperimentConfig, out: Path, gate: dict[str, Any]) -> 
     return summary
 
 
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def _endpoint_line(name: str, c: dict[str, Any] | None) -> str:
+    if c is None:
+        return f"- **{name}**: no unit evaluated yet."
+    t, sf, bs = c["t"], c["sign_flip"], c["bootstrap"]
+    return (
+        f"- **{name}** ({c['arm']} - {c['versus']}, mean over {'/'.join(c['fractions'])}, "
+        f"{t['n']} units): **{_pts(c['mean'])} points**, t 95% [{_pts(t['lo'])}, "
+        f"{_pts(t['hi'])}], sign-flip p {sf['p']:.3f} (smallest possible {sf['p_min']:.3f}), "
+        f"bootstrap 95% [{_pts(bs['lo'])}, {_pts(bs['hi'])}]; per unit "
+        + " ".join(_pts(u["diff"]) for u in c["units"])
+        + "."
+    )
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The design's result as markdown (the README's main-job table is this text)."""
+    fracs = list(summary["budgets"])
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in summary["success"]:
+        cells.setdefault((r["arm"], r["fraction"]), []).append(r["success"])
+    arms = [a for a in ("base", "fixed", "budgetmix", "budgetmix-masked")
+            if any(k[0] == a for k in cells)]  # fmt: skip
+    head = " | ".join(f"T={summary['budgets'][f]} ({f})" for f in fracs)
+    lines = [
+        f"| pass@1, % (mean over units) | {head} |",
+        "|---" * (len(fracs) + 1) + "|",
+        "| VoI at the gate's error rate, points | "
+        + " | ".join(f"{100 * r['voi']:.1f}" for r in summary["voi"] if r["fraction"] in fracs)
+        + " |",
+    ]
+    for arm in arms:
+        vals = [cells.get((arm, f)) for f in fracs]
+        shown = [f"{100 * sum(v) / len(v):.1f}" if v else "-" for v in vals]
+        lines.append(f"| {arm} | " + " | ".join(shown) + " |")
+    gate = summary["gate"]
+    lines += [
+        "",
+        f"Gate: {'passed' if gate['passed'] else 'refused'} ({gate['reason']}; measured "
+        f"error rate {gate['error_rate']:.3f}, {gate['source']}). Units (base, seed): "
+        + (", ".join(f"({b}, {s})" for b, s in summary["units"]) or "none")
+        + ".",
+        "",
+        _endpoint_line("Primary", summary["endpoints"]["primary"]),
+        _endpoint_line("Secondary", summary["endpoints"]["secondary"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m budgetmix.training.experiment.design``: run or combine the design."""
     import argparse
@@ -342,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.error_rate is None:
         p.error("--error-rate: the gate needs the pilot's measured error rate")
     if args.combine:
-        write_summary(config, out, gate_verdict(config, args.error_rate))
+        summary = write_summary(config, out, gate_verdict(config, args.error_rate))
+        (out / "summary.md").write_text(markdown(summary))
         return 0
     seeds = None if args.seeds is None else [int(x) for x in args.seeds.split(",") if x]
     run_design(
