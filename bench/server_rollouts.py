@@ -18,7 +18,9 @@ until n is even, then reply) so episodes are multi-turn tool calls. One batch of
   to :class:`~budgetmix.training.openai_server.LocalOpenAIServer` on 127.0.0.1
   (HTTP + JSON, the server's chat-template rendering, concurrent requests batched,
   each conversation's KV kept across requests by the server's prefix cache;
-  ``--no-prefix-cache``: every prompt re-read), ``--parallel`` episodes at once.
+  ``--no-prefix-cache``: every prompt re-read), ``--parallel`` episodes at once;
+* ``server, re-read`` (``--reread``): a second server without its prefix cache, in
+  the same alternation.
 
 The paths alternate (in-process first on even repeats), ``--repeats`` times
 each. The table shows, per path, the median seconds per batch with the spread
@@ -32,6 +34,7 @@ machine's load average (1 minute) before and after.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -47,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "training"))  # the tests' checkpoint and environment
 
 PATHS = ("in-process", "server")
+#: With ``--reread``: a second server without its prefix cache, in the same run.
+REREAD = "server, re-read"
 
 
 def _trainer(tmp: Path, args: argparse.Namespace) -> Any:
@@ -102,42 +107,54 @@ def run(args: argparse.Namespace) -> str:
     from budgetmix.training.server_rollout import ServerRollouts
 
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
+    paths = (*PATHS, REREAD) if args.reread else PATHS
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         trainer = _trainer(Path(tmp), args)
         specs = trainer._rl_specs()
-        times: dict[str, list[float]] = {p: [] for p in PATHS}
-        tokens: dict[str, list[int]] = {p: [] for p in PATHS}
-        calls: dict[str, list[int]] = {p: [] for p in PATHS}
+        times: dict[str, list[float]] = {p: [] for p in paths}
+        tokens: dict[str, list[int]] = {p: [] for p in paths}
+        calls: dict[str, list[int]] = {p: [] for p in paths}
         load = os.getloadavg()[0]
-        with LocalOpenAIServer(
-            trainer.policy, trainer.tokenizer, seed=0, prefix_cache=not args.no_prefix_cache
-        ) as server:
-            driver = ServerRollouts(
+        servers = {
+            path: stack.enter_context(
+                LocalOpenAIServer(
+                    trainer.policy,
+                    trainer.tokenizer,
+                    seed=0,
+                    prefix_cache=path == "server" and not args.no_prefix_cache,
+                )
+            )
+            for path in paths[1:]
+        }
+        drivers = {
+            path: ServerRollouts(
                 server.base_url, "local", settings=trainer.settings, max_parallel=args.parallel
             )
-            random.seed(0)
-            for rep in range(args.repeats):
-                order = PATHS if rep % 2 == 0 else PATHS[::-1]
-                for path in order:
-                    t0 = time.perf_counter()
-                    if path == "server":
-                        rows, n = _server(driver, specs)
-                    else:
-                        rows, n = _in_process(trainer, specs)
-                    times[path].append(time.perf_counter() - t0)
-                    tokens[path].append(sum(r.sampled_tokens for r in rows))
-                    calls[path].append(n)
+            for path, server in servers.items()
+        }
+        random.seed(0)
+        for rep in range(args.repeats):
+            for path in paths if rep % 2 == 0 else paths[::-1]:
+                t0 = time.perf_counter()
+                if path in drivers:
+                    rows, n = _server(drivers[path], specs)
+                else:
+                    rows, n = _in_process(trainer, specs)
+                times[path].append(time.perf_counter() - t0)
+                tokens[path].append(sum(r.sampled_tokens for r in rows))
+                calls[path].append(n)
+        for driver in drivers.values():
             driver.close()
-            cache = server.cache
-            fed = 0 if cache is None else cache.hits + cache.ids_fed
-            hit = 0.0 if cache is None or not fed else cache.hits / fed
+        cache = servers["server"].cache
+        fed = 0 if cache is None else cache.hits + cache.ids_fed
+        hit = 0.0 if cache is None or not fed else cache.hits / fed
     notes = f"prefix cache served {hit:.0%} of the ids the server read; load {load:.2f} -> "
-    return _table(args, times, tokens, calls) + f"\n{notes}{os.getloadavg()[0]:.2f} (1 min)"
-
+    return _table(args, paths, times, tokens, calls) + f"\n{notes}{os.getloadavg()[0]:.2f} (1 min)"
 
 
 def _table(
     args: argparse.Namespace,
+    paths: tuple[str, ...],
     times: dict[str, list[float]],
     tokens: dict[str, list[int]],
     calls: dict[str, list[int]],
@@ -151,7 +168,7 @@ def _table(
         "|---|---|---|---|",
     ]
     per_token: dict[str, float] = {}
-    for path in PATHS:
+    for path in paths:
         t, k = times[path], tokens[path]
         rate = statistics.median(n / s for n, s in zip(k, t, strict=True))
         per_token[path] = statistics.median(s / max(n, 1) for n, s in zip(k, t, strict=True))
@@ -166,6 +183,9 @@ def _table(
         f"server / in-process: {ratio:.2f}x the seconds per batch, "
         f"{token_ratio:.2f}x the seconds per sampled token",
     ]
+    if REREAD in paths:
+        reread = per_token[REREAD] / per_token["in-process"]
+        lines.append(f"{REREAD} / in-process: {reread:.2f}x the seconds per sampled token")
     return "\n".join(lines)
 
 
@@ -180,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-prefix-cache", action="store_true", help="re-read every prompt")
+    parser.add_argument("--reread", action="store_true", help="also a server without cache")
     parser.add_argument("--quick", action="store_true", help="a smoke run (2 repeats, 4 episodes)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
