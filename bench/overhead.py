@@ -11,7 +11,11 @@ back-to-back episodes of one length (>= 1000 turns in all), and each cell is the
 median over samples of (time / turns), with the interquartile range.
 
 Targets (issue 2): overhead <= 20 us/turn tracing off, <= 150 us/turn on, flat as
-turns grow.
+turns grow, on an idle machine (shown, not checked: a loaded machine slows every
+loop). ``--check`` compares ratios measured in the same run, which load scales
+alike (issue 33): tracing on at most ``TARGET_ON_OFF`` x tracing off per turn. The
+table also gives each controller loop as a multiple of the bare loop of the same
+run (not checked: the bare loop, 0.5-20 us/turn, is too cheap to calibrate by).
 
     .venv/bin/python bench/overhead.py                 # 10, 100, 1000 turns
     .venv/bin/python bench/overhead.py --turns 10 100 --repeats 30 --check
@@ -33,6 +37,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 TARGET_OFF_US = 20.0
 TARGET_ON_US = 150.0
+#: ``--check``: tracing on / tracing off, both measured in the same run (issue 33).
+TARGET_ON_OFF = 2.0
 
 SYSTEM = {"role": "system", "content": "You are a calculator agent."}
 TASK = {"role": "user", "content": "Add the numbers."}
@@ -162,20 +168,23 @@ def _cell(stat: tuple[float, float, float]) -> str:
 def markdown(rows: list[dict[str, Any]], timer: str = "wall") -> str:
     lines = [
         "| turns | repeats | bare loop us/turn | controller, tracing off us/turn "
-        "| overhead off | controller, tracing on us/turn | overhead on |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| overhead off | controller, tracing on us/turn | overhead on "
+        "| off / bare | on / bare | on / off |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         bare, off, on = r["bare"][0], r["off"][0], r["on"][0]
         lines.append(
             f"| {r['turns']} | {r['repeats']} | {_cell(r['bare'])} | {_cell(r['off'])} "
-            f"| **{off - bare:.1f}** | {_cell(r['on'])} | **{on - bare:.1f}** |"
+            f"| **{off - bare:.1f}** | {_cell(r['on'])} | **{on - bare:.1f}** "
+            f"| {off / bare:.1f}x | {on / bare:.1f}x | **{on / off:.2f}x** |"
         )
     lines.append("")
     lines.append(
         f"{timer} time; medians over repeats, interquartile range in parentheses; overhead = "
-        f"controller median - bare median. Targets: <= {TARGET_OFF_US:g} us/turn off, "
-        f"<= {TARGET_ON_US:g} us/turn on. Python {sys.version.split()[0]}."
+        f"controller median - bare median; ratios of medians of the same run. Targets: "
+        f"<= {TARGET_OFF_US:g} us/turn off, <= {TARGET_ON_US:g} us/turn on on an idle machine; "
+        f"on / off <= {TARGET_ON_OFF:g}x (checked by --check). Python {sys.version.split()[0]}."
     )
     return "\n".join(lines)
 
@@ -199,20 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="wall clock (default) or process CPU time (steadier on a busy machine)",
     )
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 when a target is missed (for CI)"
+        "--check", action="store_true", help="exit 1 when tracing on / off is above the target"
     )
     args = parser.parse_args(argv)
     if any(t < 1 for t in args.turns) or (args.repeats is not None and args.repeats < 1):
         parser.error("--turns and --repeats must be positive")
     rows = run(args.turns, args.repeats, args.warmup, args.timer)
     print(markdown(rows, args.timer))
-    missed = [
-        r["turns"]
-        for r in rows
-        if r["off"][0] - r["bare"][0] > TARGET_OFF_US or r["on"][0] - r["bare"][0] > TARGET_ON_US
-    ]
+    missed = [r["turns"] for r in rows if r["on"][0] / r["off"][0] > TARGET_ON_OFF]
     if missed:
-        print(f"\ntargets missed at {missed} turns", file=sys.stderr)
+        print(f"\ntracing on / off above {TARGET_ON_OFF:g}x at {missed} turns", file=sys.stderr)
     return 1 if args.check and missed else 0
 
 
