@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> str:
                     trainer.tokenizer,
                     seed=0,
                     prefix_cache=path == "server" and not args.no_prefix_cache,
+                    batch_window_s=args.batch_window,
                 )
             )
             for path in paths[1:]
@@ -162,7 +163,7 @@ def _table(
     lines = [
         f"{args.episodes} episodes, budget {args.turns} turns, <= {args.tokens} tokens per reply, "
         f"{args.repeats} repeats alternating, {args.threads} torch thread(s), "
-        f"server: {args.parallel} episodes at once",
+        f"server: {args.parallel} episodes at once, batch window {args.batch_window * 1000:g} ms",
         "",
         "| path | s per batch (median, min-max) | sampled tokens/s (median) | model calls |",
         "|---|---|---|---|",
@@ -201,6 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-prefix-cache", action="store_true", help="re-read every prompt")
     parser.add_argument("--reread", action="store_true", help="also a server without cache")
+    parser.add_argument(
+        "--batch-window", type=float, default=0.002, help="the server's batch_window_s"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run (2 repeats, 4 episodes)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
