@@ -42,6 +42,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "rebuild or compare evaluation reports",
     ),
     "train": ("budgetmix.cli.train", "train_main", "fine-tune a local model with BudgetMix RL"),
+    "experiment": (
+        "budgetmix.cli.experiment",
+        "experiment_main",
+        "run a preregistered experiment preset, resumably",
+    ),
     "init-model": (
         "budgetmix.cli.init_model",
         "init_model_main",
