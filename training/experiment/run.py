@@ -22,8 +22,7 @@ The numbers are whatever comes out; the report states them with intervals.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,7 @@ from budgetmix.training.experiment.analysis import (
 from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
 from budgetmix.training.experiment.environments import experiment_env
 from budgetmix.training.recovery_injection import recovery_injection
+from budgetmix.training.reproducibility import reproducible
 
 __all__ = ["ExperimentReport", "run_experiment"]
 
@@ -129,16 +129,9 @@ def _say(progress: bool, text: str) -> None:
         print(f"[experiment] {text}", flush=True)
 
 
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+#: Every experiment block (training, evaluation, pilots) runs pinned: its kernels, its
+#: intra-op threads and deterministic algorithms (issue 28; docs/training.md).
+_threads = reproducible
 
 
 def _fraction_key(f: float) -> str:
@@ -443,6 +436,7 @@ def run_experiment(
             for the plots) are not installed.
     """
     from budgetmix.training.experiment.report import write_report
+    from budgetmix.training.provenance import record_run_fingerprint
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -480,5 +474,12 @@ def run_experiment(
             outcomes=outcome_strings(run.budgets, traces),
         )
         files = write_report(report)
+        record_run_fingerprint(
+            files["summary"],
+            config.to_dict(),
+            out,
+            threads=config.threads,
+            data=[config.base_model],
+        )
     _say(progress, f"report: {files['report']}")
     return ExperimentReport(**{**report.__dict__, "files": files})
