@@ -88,7 +88,7 @@ def _parser() -> CliParser:
         default=None,
         help='policy config as JSON, e.g. \'{"notice": {"kind": "at_most", "turns": 2}}\'',
     )
-    add_trace_argument(p, None)  # None: OTEL_TRACES_EXPORTER, else jsonl
+    add_trace_argument(p, None, unset="OTEL_TRACES_EXPORTER if set, else jsonl")
     p.add_argument(
         "--capture-content",
         action="store_true",

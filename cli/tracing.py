@@ -103,13 +103,14 @@ def start_tracing(kind: str | None, out: Path) -> RunTracing:
     return RunTracing(kind, handle, where if where is not None else _otlp_where())
 
 
-def add_trace_argument(parser: Any, default: str | None) -> None:
-    """The ``--trace`` flag on ``parser``."""
+def add_trace_argument(parser: Any, default: str | None, *, unset: str = "not traced") -> None:
+    """The ``--trace`` flag on ``parser``; ``unset`` says what the command does without it
+    when ``default`` is None (the help must say what really happens)."""
     parser.add_argument(
         "--trace",
         choices=TRACE_CHOICES,
         default=default,
         help="where spans go: jsonl (<out>/traces.jsonl), console, otlp (the standard"
         " OTEL_EXPORTER_OTLP_* variables) or none"
-        + (f" (default {default})" if default else " (default: not traced)"),
+        + (f" (default {default})" if default else f" (default: {unset})"),
     )
