@@ -61,6 +61,10 @@ def test_a_preset_runs_into_its_folder_and_the_rerun_reuses_what_finished(
     out = tmp_path / "exp"
     argv = ["experiment", "--preset", "ci", "--out", str(out), "--no-progress"]
     argv += ["--set", "seeds=1", "--set", "methods=[\"fixed\", \"budgetmix\"]"]
+    for small in ("sft_steps=4", "rl_steps=2", "eval_episodes=2", "val_episodes=2"):
+        argv += ["--set", small]  # the structure, not the numbers
+    argv += ["--set", "sens_episodes=2", "--set", "diag_episodes=2", "--set", "diag_samples=1"]
+    argv += ["--set", "eval_fractions=[0.5, 1.0]", "--set", "pass_ks=[1]"]
     assert main(argv) == 0
     said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert said["preset"] == "ci" and said["out"] == str(out)
