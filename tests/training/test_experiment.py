@@ -62,6 +62,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> ExperimentReport:
     return run_experiment(experiment_preset("ci"), out, progress=False)
 
 
+@pytest.mark.slow  # the CI preset end to end
 def test_ci_preset_writes_the_report_files(report: ExperimentReport) -> None:
     out = report.out_dir
     for name in (
@@ -96,6 +97,7 @@ def test_ci_preset_writes_the_report_files(report: ExperimentReport) -> None:
         assert sum(b.count("1") for b in bits) == row["successes"]
 
 
+@pytest.mark.slow  # the CI preset end to end
 def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     cfg = experiment_preset("ci")
     assert report.ceiling == 14  # the oracle's ceiling of SFF/HFF/HHG at success_rate 0.8

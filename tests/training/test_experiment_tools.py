@@ -77,6 +77,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> ExperimentReport:
     return run_experiment(experiment_preset("ci", **SMALL), out, progress=False)
 
 
+@pytest.mark.slow  # the CI preset end to end
 def test_ci_sizes_on_the_tool_environment_run_end_to_end(report: ExperimentReport) -> None:
     cfg = experiment_preset("ci")
     assert report.ceiling == 8 and report.budgets == {"50%": 4, "100%": 8, "150%": 12}
