@@ -51,7 +51,8 @@ def test_presets_follow_the_preregistered_design() -> None:
         assert cfg.kl_coef == 0.05 and cfg.warmup_steps == 3  # the same for every arm
         assert cfg.methods == ("fixed", "budgetmix", "budgetmix-masked")
         # issue 29's confirmatory design grades and clones an agent erring 20% (prereg)
-        assert cfg.demo_budget_aware and cfg.sft_error_rate == (0.2 if name in ("confirm", "gpu") else 0.3)
+        error_rate = 0.2 if name in ("confirm", "gpu") else 0.3
+        assert cfg.demo_budget_aware and cfg.sft_error_rate == error_rate
     assert experiment_preset("default").seeds >= 4 and experiment_preset("full").seeds == 8
     assert experiment_preset("full-map2").desc == ("SFFF", "FFHF", "FFHH", "FFFG")
 

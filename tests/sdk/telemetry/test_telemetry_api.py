@@ -7,7 +7,7 @@ import importlib
 import budgetmix.telemetry as telemetry
 import pytest
 
-MODULES = ("configure", "jsonl", "otlp_receiver", "processor", "redaction")
+MODULES = ("configure", "jsonl", "log_redaction", "otlp_receiver", "processor", "redaction")
 
 
 @pytest.mark.parametrize("module", MODULES)
