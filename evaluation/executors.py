@@ -188,7 +188,11 @@ class RayExecutor:
             return
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
-            extra: dict[str, Any] = {} if address else {"num_cpus": self.workers}
+            # A local instance stays on loopback: Ray would otherwise bind and dial the
+            # machine's own network address.
+            extra: dict[str, Any] = (
+                {} if address else {"num_cpus": self.workers, "_node_ip_address": "127.0.0.1"}
+            )
             ray.init(address=address, include_dashboard=False, log_to_driver=False, **extra)
         actor = ray.remote(num_cpus=1)(_RayWorker)
         n = min(self.workers, len(units))

@@ -50,6 +50,7 @@ def ray_cluster() -> Iterator[None]:
     path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
     ray.init(
         num_cpus=2,
+        _node_ip_address="127.0.0.1",  # loopback only
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
