@@ -83,11 +83,17 @@ def readable_forms(text: str) -> list[str]:
     return forms
 
 
-@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
-@pytest.mark.parametrize("name", sorted(KEYS))
+# A bearer token counts only after the word 'Bearer', so it has no glued form.
+CASES = sorted(
+    (name, encoding)
+    for name in KEYS
+    for encoding in ENCODINGS
+    if not (name in GLUE_FREE and encoding.startswith("glued"))
+)
+
+
+@pytest.mark.parametrize(("name", "encoding"), CASES)
 def test_each_encoding_of_each_key_is_masked(name: str, encoding: str) -> None:
-    if name in GLUE_FREE and encoding.startswith("glued"):
-        pytest.skip("a bearer token counts only after a word 'Bearer'")
     key = KEYS[name]
     out = redact_text("see " + ENCODINGS[encoding](key) + " there")
     assert REDACTED in out
