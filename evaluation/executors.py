@@ -169,17 +169,26 @@ def _ray() -> Any:
 class RayExecutor:
     """``workers`` Ray actors (see the module docstring); ``address`` joins a running cluster,
     ``None`` starts a local one with ``workers`` CPUs unless Ray is initialised already.
+    ``start_timeout_s`` bounds the wait for the actors to start: a cluster that cannot place
+    them (too few CPUs, workers that die on import) fails the run, naming what it lacks,
+    instead of leaving it pending for ever.
 
     Raises:
-        ConfigError: ``workers`` below 1 (and, when run, Ray not installed).
+        ConfigError: ``workers`` below 1 or ``start_timeout_s`` not positive (and, when run,
+            Ray not installed).
+        TimeoutError: when run, the actors did not start within ``start_timeout_s``.
     """
 
     workers: int = 2
     address: str | None = None
+    start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"workers must be an integer >= 1, got {self.workers!r}")
+        t = self.start_timeout_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < float("inf"):
+            raise ConfigError(f"start_timeout_s must be a positive number, got {t!r}")
 
     async def run_units(self, evaluator: Evaluator, units: Sequence[_Unit], tally: _Tally) -> None:
         """Play ``units`` on the actors; the parent writes what they give back."""
@@ -206,10 +215,22 @@ class RayExecutor:
             return result
 
         try:
+            await self._started(ray, actors)
             await _drive(units, n, play, tally)
         finally:
             for a in actors:
                 ray.kill(a)
+
+    async def _started(self, ray: Any, actors: Sequence[Any]) -> None:
+        ready = asyncio.gather(*(a.__ray_ready__.remote() for a in actors))
+        try:
+            await asyncio.wait_for(ready, self.start_timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"Ray did not start {len(actors)} evaluation actor(s) (1 CPU each) within "
+                f"{self.start_timeout_s:g} s; the cluster has {ray.available_resources()!r} "
+                "available (raise workers' CPUs, or start_timeout_s)"
+            ) from None
 
 
 def executor_named(name: str, workers: int = 1, address: str | None = None) -> UnitExecutor:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -29,6 +32,33 @@ CFG = EvalConfig(budgets=(2, 4, 7), samples=3, concurrency=4)
 CRASH_SEED = derive_seed(0, "line-1", 2, "agent")  # the agent of task line-1, sample 2
 
 _NO_RAY = importlib.util.find_spec("ray") is None
+_PROBE_S = 180
+_PROBE = (
+    "import ray; ray.init(num_cpus=1, _node_ip_address='127.0.0.1', include_dashboard=False,"
+    " log_to_driver=False); assert ray.get(ray.remote(lambda: 7).remote()) == 7; ray.shutdown()"
+)
+
+
+def _why_ray_cannot_run_here() -> str | None:
+    """None if a local Ray cluster starts and runs a task on this machine, in a child process
+    (its own session, killed whole past the deadline); else the reason, for the skip."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PROBE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = child.communicate(timeout=_PROBE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return f"a local Ray cluster did not start and run one task within {_PROBE_S} s here"
+    if child.returncode != 0:
+        tail = " | ".join(err.strip().splitlines()[-3:])
+        return f"a local Ray cluster does not start here (exit {child.returncode}): {tail}"
+    return None
 
 
 class CrashOnOneCell(RandomWalker):
@@ -44,6 +74,9 @@ class CrashOnOneCell(RandomWalker):
 def ray_cluster() -> Iterator[None]:
     if _NO_RAY:
         pytest.skip("ray is not installed (pip install 'budgetmix[ray]')")
+    why = _why_ray_cannot_run_here()
+    if why is not None:
+        pytest.skip(why)
     import ray
 
     here = str(Path(__file__).parent)  # the workers import the doubles by module name
@@ -125,11 +158,24 @@ def test_an_executor_resumes_after_a_crash_exactly_once(
     assert set(keys.values()) == {1} and len(keys) == len(want)
 
 
+def test_ray_fails_a_run_whose_actors_cannot_start_instead_of_waiting(
+    tmp_path: Path, ray_cluster: None
+) -> None:
+    # The module's cluster has 2 CPUs: a third actor is never placed, and would wait for ever.
+    evaluator = Evaluator(lambda: RandomWalker(sees_budget=True), line_tasks(3), CFG)
+    with pytest.raises(TimeoutError, match=r"did not start 3 evaluation actor\(s\).*within 5 s"):
+        evaluator.run(tmp_path / "r.jsonl", executor=RayExecutor(3, start_timeout_s=5))
+    assert read_results(tmp_path / "r.jsonl").records == ()
+
+
 def test_executors_refuse_bad_settings_naming_them() -> None:
     with pytest.raises(ConfigError, match="workers"):
         ProcessExecutor(0)
     with pytest.raises(ConfigError, match="workers"):
         RayExecutor(0)
+    for bad in (0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ConfigError, match="start_timeout_s"):
+            RayExecutor(2, start_timeout_s=bad)
     with pytest.raises(ConfigError, match="executor must be one of thread, process, ray"):
         executor_named("dask")
     assert isinstance(executor_named("thread"), ThreadExecutor)
