@@ -244,9 +244,15 @@ class _Watchdog:
         threading.Thread(target=self._run, name="budgetmix-read-deadlines", daemon=True).start()
 
     def arm(self, deadline: ReadDeadline) -> None:
+        due = deadline.due()
         with self._wake:
-            heapq.heappush(self._heap, (deadline.due(), next(self._order), deadline))
-            self._wake.notify()
+            # Wake the thread only when its timed wait would end too late: a deadline due
+            # after the earliest one is found when the thread wakes for that one. (Waking it
+            # for every read made it contend with the caller for the GIL on each request.)
+            earliest = not self._heap or due < self._heap[0][0]
+            heapq.heappush(self._heap, (due, next(self._order), deadline))
+            if earliest:
+                self._wake.notify()
 
     def _run(self) -> None:
         while True:
