@@ -15,7 +15,10 @@ Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
   the template's parser reads from the reply. ``budgetmix eval --agent checkpoint``
   uses it. The episode's KV cache is kept from one turn to the next
   (:class:`~budgetmix.training.sampler.KVCacheSampler`, keyed by episode), so a turn
-  runs the model on its new ids only, as training rollouts do.
+  runs the model on its new ids only, as training rollouts do. Agents built by
+  :meth:`TrainedPolicyAgent.factory` with ``batch_size`` above 1 share an
+  :class:`~budgetmix.training.serve_batch.EpisodeBatcher`: the turns of an evaluation's
+  concurrent episodes are sampled in one forward pass, each episode acting as at batch 1.
 * :func:`chat_model` loads the checkpoint as a
   :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
   (``run_agent``), the deployment of tool-calling environments. Give the
@@ -34,8 +37,9 @@ the trainer writes): ``run_agent`` and the evaluator refuse to grant it one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from budgetmix.adapters.base import ToolSpec
 from budgetmix.adapters.chat_template import ToolCallFormat
@@ -44,6 +48,10 @@ from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.notice import NoticePlacement, append_notice
 from budgetmix.policy import NotifyEveryTurn
 from budgetmix.training.env_turn import environment_answer, reply_message, with_notice
+
+if TYPE_CHECKING:
+    from budgetmix.training.generation import ModelGenerator
+    from budgetmix.training.serve_batch import BatchedGenerator, EpisodeBatcher
 
 __all__ = ["TrainedPolicyAgent", "chat_model", "deployment_notice"]
 
@@ -57,13 +65,18 @@ class TrainedPolicyAgent:
         max_new_tokens: cap of one response.
         seed: sampling seed (ignored when greedy).
         tool_call_format: the parser of its tool calls (default: the template's).
+        batcher: an :class:`~budgetmix.training.serve_batch.EpisodeBatcher` of ``model``
+            shared with other agents: their concurrent turns are sampled in one forward
+            pass, each episode drawing from its own stream seeded by ``seed``, so it acts
+            as alone (:meth:`factory` builds such agents). ``None``: batch 1.
 
     The model is run on each id of an episode once: the episode's KV cache is kept
     across its turns (keyed by episode) and dropped when the next episode starts or
     a tool environment's episode ends.
 
     Raises:
-        ConfigError: negative temperature or ``max_new_tokens`` below 1.
+        ConfigError: negative temperature or ``max_new_tokens`` below 1, or a ``batcher``
+            of another model or temperature.
     """
 
     sees_budget = True
@@ -82,6 +95,7 @@ class TrainedPolicyAgent:
         max_new_tokens: int = 16,
         seed: int = 0,
         tool_call_format: ToolCallFormat | None = None,
+        batcher: EpisodeBatcher | None = None,
     ) -> None:
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
@@ -92,9 +106,15 @@ class TrainedPolicyAgent:
 
         self.codec = ChatCodec.for_model(model, tokenizer, tool_call_format=tool_call_format)
         self.max_new_tokens = max_new_tokens
-        self.generator = ModelGenerator.seeded(
-            model, tokenizer, temperature=temperature, batch_size=1, seed=seed
-        )
+        self.generator: ModelGenerator | BatchedGenerator
+        if batcher is None:
+            self.generator = ModelGenerator.seeded(
+                model, tokenizer, temperature=temperature, batch_size=1, seed=seed
+            )
+        elif batcher.model is not model or batcher.temperature != temperature:
+            raise ConfigError("batcher: built for another model or temperature than the agent")
+        else:
+            self.generator = batcher.generator(seed)
         self._instructions = ""
         self._ids: list[int] | None = None
         self._messages: list[dict[str, Any]] = []
@@ -103,6 +123,40 @@ class TrainedPolicyAgent:
         self._tools: tuple[ToolSpec, ...] = ()
         self._answers: list[dict[str, Any]] = []  # its answer to the last reply
         self._episode = 0  # keys the episode's KV cache in the generator
+
+    @classmethod
+    def factory(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        batch_size: int = 1,
+        flush_s: float = 0.01,
+        **options: Any,
+    ) -> Callable[[], TrainedPolicyAgent]:
+        """A fresh agent per call (an evaluator's ``agent_factory``), all on ``model``.
+
+        With ``batch_size`` above 1 the agents share one
+        :class:`~budgetmix.training.serve_batch.EpisodeBatcher`: up to ``batch_size``
+        concurrent episodes are sampled in one forward pass (a turn waits ``flush_s`` at
+        most for the others'), and each acts as a batch-1 agent with the same ``options``
+        would. ``options`` are the constructor's (``temperature``, ``seed``, ...).
+
+        Raises:
+            ConfigError: ``batch_size`` below 1, a negative ``flush_s``, or a bad option.
+        """
+        from budgetmix.training.serve_batch import EpisodeBatcher
+
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        cls(model, tokenizer, **options)  # a bad option fails now, not in the first episode
+        if batch_size == 1:
+            return lambda: cls(model, tokenizer, **options)
+        temperature = float(options.get("temperature", 0.0))
+        batcher = EpisodeBatcher(
+            model, tokenizer, temperature=temperature, batch_size=batch_size, flush_s=flush_s
+        )
+        return lambda: cls(model, tokenizer, batcher=batcher, **options)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **options: Any) -> TrainedPolicyAgent:
@@ -160,7 +214,17 @@ class TrainedPolicyAgent:
         Raises:
             TemplateStabilityError: the chat template re-renders earlier turns.
             BudgetmixError: the context grew past 100k tokens.
+
+        An exception ends the episode's cache (a batched agent's episode leaves the
+        batches: the others do not wait for it).
         """
+        try:
+            return self._act(observation, notice)
+        except BaseException:
+            self.generator.reset()
+            raise
+
+    def _act(self, observation: str, notice: str | None) -> str | AgentReply:
         ids = self._context(observation, notice)
         (generation,) = self.generator.generate_ids([ids], self.max_new_tokens, [self._episode])
         sampled = list(generation.ids)
