@@ -67,10 +67,16 @@ from budgetmix.training.envs.sandbox_child import (
     KEYRING_FILTER,
 )
 from budgetmix.training.envs.sandbox_outcome import Ran, exit_status, outcome, read_capped
-from budgetmix.training.envs.sandbox_unsafe import kill_uid, unsafe_interpreter, unsafe_refusal
+from budgetmix.training.envs.sandbox_unsafe import (
+    SandboxKillError,
+    kill_uid,
+    unsafe_interpreter,
+    unsafe_refusal,
+)
 
 __all__ = [
     "LIMIT_CEILINGS",
+    "SandboxKillError",
     "SandboxLimits",
     "SandboxResult",
     "SandboxUnavailableError",
@@ -317,9 +323,12 @@ def _spawn_and_wait(
         os.killpg(proc.pid, signal.SIGKILL)
     if cgroup is not None:
         cgroup.kill_all()
-    if own_uid is not None:
-        kill_uid(own_uid)
-    return Ran(proc.wait(), timed_out, cpu, lim.cpu_seconds, lim.wall_seconds)
+    try:
+        if own_uid is not None:
+            kill_uid(own_uid)
+    finally:
+        returncode = proc.wait()
+    return Ran(returncode, timed_out, cpu, lim.cpu_seconds, lim.wall_seconds)
 
 
 def _execute(
@@ -430,11 +439,14 @@ def run_python(
     of that uid is killed after the run; where that is impossible, or
     ``drop_privileges=False`` is passed, the run is refused. ``drop_privileges``
     (``None`` or ``True``: drop) matters only there. Never raises for anything the
-    code does; the failure is in the result.
+    code does (the failure is in the result), except a process of an unsafe run that
+    no SIGKILL ends.
 
     Raises:
         SandboxUnavailableError: no boundary works here and ``allow_unsafe`` is False,
             or the unsafe fallback would run as root (the message says why).
+        SandboxKillError: a process of an unsafe run's uid was still alive 10 s after
+            the run (stuck in the kernel); the run's containment did not hold.
         ConfigError: an unknown ``boundary``.
     """
     lim = limits or SandboxLimits()

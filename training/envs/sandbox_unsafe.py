@@ -4,8 +4,9 @@ Used only with ``run_python(..., allow_unsafe=True)`` on a machine without an OS
 boundary. As root every such run drops to a fresh uid of its own (as the boundaries'
 runs do), so that it cannot read the parent's ``/proc/<pid>/environ`` or root's
 files, ``RLIMIT_NPROC`` binds it, and after the run every process of that uid, a
-``setsid`` survivor included, is killed (:func:`kill_uid`). The fresh uid must be
-able to read the interpreter's standard library: this interpreter's, else the
+``setsid`` survivor included, is killed: the run returns only once ``/proc`` shows
+none of them alive (:func:`kill_uid`; else :class:`SandboxKillError`). The fresh uid
+must be able to read the interpreter's standard library: this interpreter's, else the
 system's ``python3`` (the bootstrap needs only the standard library). Where neither
 is readable, or ``drop_privileges=False`` is asked for, the run is refused
 (:func:`unsafe_refusal`) rather than run as root.
@@ -22,8 +23,18 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 
-__all__ = ["kill_uid", "stdlib_readable_by_others", "unsafe_interpreter", "unsafe_refusal"]
+from budgetmix.exceptions import BudgetmixError
+
+__all__ = [
+    "SandboxKillError",
+    "kill_uid",
+    "live_pids",
+    "stdlib_readable_by_others",
+    "unsafe_interpreter",
+    "unsafe_refusal",
+]
 
 _SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
 _STDLIB_OF = "import sysconfig; print(sysconfig.get_paths()['stdlib'])"
@@ -99,28 +110,122 @@ def unsafe_refusal(drop: bool | None) -> str:
     return ""
 
 
-def kill_uid(uid: int, timeout: float = 2.0) -> None:
-    """SIGKILL every process of ``uid`` (a run's own fresh uid), until none is left.
+class SandboxKillError(BudgetmixError, RuntimeError):
+    """Processes of an unsafe run's uid were still alive when :func:`kill_uid` gave up.
 
-    A forked child takes that uid and calls ``kill(-1, SIGKILL)``, which reaches exactly
-    the processes of that uid, wherever they are (a ``setsid`` survivor included).
+    They may be stuck in the kernel (uninterruptible sleep); the run's result is not
+    returned, as its containment did not hold.
+
+    Attributes:
+        uid: the run's uid.
+        pids: the processes of it still alive at the end.
+    """
+
+    def __init__(self, uid: int, pids: Sequence[int], timeout: float) -> None:
+        self.uid = uid
+        self.pids = tuple(pids)
+        super().__init__(
+            f"{len(self.pids)} process(es) of the unsafe run's uid {uid} still alive after "
+            f"{timeout:g}s of SIGKILL (pids {', '.join(map(str, self.pids))})"
+        )
+
+
+def _status_fields(status: bytes) -> dict[bytes, bytes]:
+    fields = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(b":")
+        fields[key] = value.strip()
+    return fields
+
+
+def live_pids(uid: int) -> list[int]:
+    """The processes, from ``/proc``, whose real, effective or saved uid is ``uid`` and that
+    still run: zombies are dead already (a zombie leader with live threads is not)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                fields = _status_fields(f.read())
+        except OSError:  # it ended meanwhile
+            continue
+        uids = fields.get(b"Uid", b"").split()[:3]
+        if str(uid).encode() not in uids:
+            continue
+        dead = fields.get(b"State", b"Z")[:1] in (b"Z", b"X")
+        if not dead or int(fields.get(b"Threads", b"1") or 1) > 1:
+            pids.append(int(name))
+    return pids
+
+
+def _strike_as(uid: int) -> None:
+    """``kill(-1, SIGKILL)`` from a forked child that has become ``uid``: it reaches every
+    process of that uid at once (on Linux a fork under way fails or its child is hit too),
+    and no process of any other uid. Its outcome is not trusted: :func:`live_pids` decides.
+
+    Once it is that uid, a survivor can signal it: killed, it is reaped; stopped before
+    it strikes, it is killed from here (it is our unreaped child, so the pid is its).
+    """
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: setuid, kill, exit
+        with contextlib.suppress(BaseException):
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        os._exit(0)
+    while True:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            return
+        os.kill(pid, signal.SIGKILL)
+
+
+def _kill_pinned(pid: int, uid: int) -> None:
+    """SIGKILL ``pid`` from here (as root) if it is still a process of ``uid``.
+
+    The pidfd pins the process before its uid is read, so a pid reused meanwhile by
+    another process is never signalled: if the pinned one has ended, the signal fails.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # ended, or no pidfd here: the strike as the uid still repeats
+        return
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            uids = _status_fields(f.read()).get(b"Uid", b"").split()[:3]
+        if str(uid).encode() in uids:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:  # it ended meanwhile
+        pass
+    finally:
+        os.close(pidfd)
+
+
+def kill_uid(uid: int, timeout: float = 10.0) -> None:
+    """SIGKILL every process of ``uid`` (a run's own fresh uid) and return once ``/proc``
+    shows none alive; as root.
+
+    Each round strikes as the uid with ``kill(-1)`` (see :func:`_strike_as`), then kills
+    from here each process of the uid that ``/proc`` still lists (a survivor cannot
+    signal root back, as it can the striking child). ``kill(-1)`` reporting no target
+    is not the test: on Linux it never does while other users' processes exist.
+
+    Raises:
+        SandboxKillError: some are still alive after ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
     while True:
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child: setuid, kill, exit
-            status = 1
-            with contextlib.suppress(BaseException):
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-                try:
-                    os.kill(-1, signal.SIGKILL)
-                    status = 0  # something was there
-                except ProcessLookupError:
-                    status = 3  # nothing left
-            os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0 or time.monotonic() >= deadline:
+        _strike_as(uid)
+        alive = live_pids(uid)
+        if not alive:
             return
-        time.sleep(0.01)
+        for pid in alive:
+            _kill_pinned(pid, uid)
+        if time.monotonic() >= deadline:
+            alive = live_pids(uid)
+            if alive:
+                raise SandboxKillError(uid, alive, timeout)
+            return
+        time.sleep(0.005)
