@@ -82,6 +82,8 @@ __all__ = [
 log = logging.getLogger("budgetmix")
 
 
+_TURNS_REMAINING = sc.bm_remaining("turns")
+
 _COUNTED = frozenset({"turns", "tool_calls", "input_tokens", "output_tokens", "total_tokens"})
 
 
@@ -297,13 +299,18 @@ class EpisodeTrace:
     def turn_span(
         self, number: int, model: str | None, grace: bool, turns_remaining: int
     ) -> trace.Span:
-        """A turn's ``chat {model}`` client span; operation, provider and model go in at
-        span start, where samplers read them."""
+        """A turn's ``chat {model}`` client span; every attribute known before the
+        request (operation, provider, model, turn, turns left, grace) goes in at span
+        start, where samplers read them."""
         parent = self.span
         if isinstance(parent, NonRecordingSpan) and (self._no_op or self._children_no_op()):
             return parent  # what the no-op tracer would return
         ep = self._episode
-        attrs: dict[str, str | int] = {sc.GEN_AI_OPERATION_NAME: "chat", sc.BM_TURN: number}
+        attrs: dict[str, str | int | bool] = {
+            sc.GEN_AI_OPERATION_NAME: "chat",
+            sc.BM_TURN: number,
+            _TURNS_REMAINING: turns_remaining,
+        }
         provider = ep.controller.provider_name
         if provider:
             attrs[sc.GEN_AI_PROVIDER_NAME] = provider
@@ -311,17 +318,16 @@ class EpisodeTrace:
             attrs[sc.GEN_AI_CONVERSATION_ID] = ep.conversation_id
         if model:
             attrs[sc.GEN_AI_REQUEST_MODEL] = model
-        span = self._inst.tracer.start_span(
+        if grace:
+            attrs[sc.BM_GRACE_TURN] = True
+        # every attribute known now goes in at start: one validation pass in the SDK
+        # instead of a locked set_attribute call each
+        return self._inst.tracer.start_span(
             f"chat {model}" if model else "chat",
             context=trace.set_span_in_context(parent),
             kind=SpanKind.CLIENT,
             attributes=attrs,
         )
-        if span.is_recording():
-            span.set_attribute(sc.bm_remaining("turns"), turns_remaining)
-            if grace:
-                span.set_attribute(sc.BM_GRACE_TURN, True)
-        return span
 
     def tool_spans(
         self, parent: trace.Span | None, names: Sequence[str], call_ids: Sequence[str | None]
@@ -462,7 +468,6 @@ class EpisodeTrace:
         )
         if self._hooks:
             call_hooks(self._hooks, "on_finish", self._episode, self._errors, result)
-
 
     def turn_content(
         self, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]], notice: str | None
