@@ -55,3 +55,35 @@ def test_an_unreadable_reply_is_an_error() -> None:
 
 def test_pilot_episodes_lie_above_every_confirmatory_range() -> None:
     assert PILOT_SEED_BASE > EVAL_SEED_BASE + SENSITIVITY_OFFSET + 1_000_000
+
+
+def test_a_pilot_measured_along_the_way_trains_the_same_base() -> None:
+    """Measuring at checkpoints leaves the SFT run as it was: the same final weights."""
+    import hashlib
+    import json
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    from budgetmix.training.experiment.config import experiment_preset
+    from budgetmix.training.experiment.pilot import sft_pilot
+
+    pytest.importorskip("torch")
+    cfg = experiment_preset(
+        "confirm", seed=100, threads=1, sft_steps=3, sft_batch=2, hidden_size=16,
+        env_kwargs={"hops": 2, "fault_p": 0.2, "guess_p": 0.3},
+    )  # fmt: skip
+    with TemporaryDirectory() as tmp:
+        along = sft_pilot(cfg, Path(tmp, "a"), episodes=2, progress=False, checkpoints=(1, 2))
+        plain = sft_pilot(cfg, Path(tmp, "b"), episodes=2, progress=False)
+        digest = [
+            hashlib.sha256(Path(r["base"], "model.safetensors").read_bytes()).hexdigest()
+            for r in (along, plain)
+        ]
+        logs = [Path(r["base"]).parent / "metrics.jsonl" for r in (along, plain)]
+        losses = [[json.loads(line)["sft_loss"] for line in p.open()] for p in logs]
+    assert digest[0] == digest[1] and losses[0] == losses[1] and len(losses[0]) == 3
+    assert [c["sft_steps"] for c in along["curve"]] == [1, 2, 3]
+    assert along["curve"][-1]["error_rate"] == along["error_rate"] == plain["error_rate"]
+    assert "curve" in plain and len(plain["curve"]) == 1
+    with pytest.raises(ConfigError, match="checkpoints"):
+        sft_pilot(cfg, "unused", checkpoints=(3,))

@@ -15,9 +15,13 @@ turn the agent writes one letter:
 
 The observation is the number of links found as one letter (``A`` none, ``B``
 one, ...; the letter after the last link means complete), six copies as in
-frozenlake-compact, then the mode: nothing, ``*`` (a guess in hand) or ``x``
-(broken: repair), and ``!`` after an injected fault. The budget notice is not
-part of the observation: rollouts and the controller append it.
+frozenlake-compact, then the mode, six copies too: nothing, ``*`` (a guess in
+hand) or ``x`` (broken: repair), and ``!`` after an injected fault
+(``B B B B B B x x x x x x``). The mode is written six times because a tiny model
+reads a one-character mark only after a long plateau (issue 29's pilots: written
+once, a 2-layer model stayed at the marginal move distribution for 300+ SFT
+steps and did not repair a broken chain). The budget notice is not part of the
+observation: rollouts and the controller append it.
 
 Labels: a fault ``tool_error``; a malformed call (an answer without a value, a
 lookup or guess on a complete chain, an unparseable reply) breaks the chain,
@@ -93,8 +97,9 @@ class CompactFaultChain:
 
     def _obs(self) -> str:
         parts = [_LETTERS[self.links]] * _OBS_REPEAT
-        mark = _MODE_MARK[self.mode] + ("!" if self._fault_mark else "")
-        return " ".join([*parts, mark]) if mark else " ".join(parts)
+        mode = _MODE_MARK[self.mode]
+        parts += [mode] * (_OBS_REPEAT if mode else 0) + (["!"] if self._fault_mark else [])
+        return " ".join(parts)
 
     def reset(self, seed: int) -> str:
         """Start with no link found; ``seed`` fixes the faults and the guesses."""

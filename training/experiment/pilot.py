@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,48 +70,89 @@ def measured_error_rate(
     }
 
 
+def _measure(run: Any, policy: Any, episodes: int) -> dict[str, Any]:
+    """The start-state sensitivity and the measured error rate of ``policy`` (see the notes)."""
+    top = max(run.budgets.values())
+    tasks = env_tasks(
+        run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
+    )
+    sens = budget_sensitivity(
+        tasks, policy, list(range(run.env.sensitivity_from, top + 1)), run.q,
+        run.env.parse, moves=run.env.moves,
+    )  # fmt: skip
+    inside = sorted({t for t in run.budgets.values() if t <= run.ceiling})
+    traces = [
+        tr for b in inside for tr in run_episodes(tasks, policy, b, q=run.q, moves=run.env.moves)
+    ]
+    return {
+        "sensitivity": {k: v for k, v in sens.to_dict().items() if k != "cells"}
+        | {"p_flip": {c.turns_left: c.probabilities[sens.flip_action] for c in sens.cells}},
+        "error_rate": measured_error_rate(traces, run.q, run.env.moves, run.env.parse),
+    }
+
+
+def _policy_seed(config: ExperimentConfig) -> int:
+    return config.seed * 7919 + 60_000
+
+
 def sft_pilot(
-    config: ExperimentConfig, out_dir: str | Path, *, episodes: int = 64, progress: bool = True
+    config: ExperimentConfig,
+    out_dir: str | Path,
+    *,
+    episodes: int = 64,
+    progress: bool = True,
+    checkpoints: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Train ``config``'s SFT base (its ``seed`` is the pilot seed) and measure it.
 
     ``episodes`` fresh starts per turns-left value for the sensitivity and
     ``episodes`` base episodes per design budget for the error rate. Writes nothing
     but the base's training directory under ``out_dir``; returns a JSON-ready dict.
+    ``checkpoints``: SFT step counts below ``config.sft_steps`` at which the same
+    measurement is also taken, on the model as trained so far (one run, measured
+    along the way: ``curve``, one entry per step count, the last one
+    ``config.sft_steps``); the sampling seed is the same at every step count.
 
     Raises:
-        ConfigError: an invalid config, or a start state that is not budget-dependent.
+        ConfigError: an invalid config or checkpoint, or a start state that is not
+            budget-dependent.
     """
-    from budgetmix.training.experiment.lm import load_lm_policy
+    from budgetmix.training.experiment.lm import LMPolicy, load_lm_policy
     from budgetmix.training.experiment.run import _Run, _threads
 
+    steps = sorted(set(checkpoints))
+    if any(not isinstance(k, int) or not 0 < k < config.sft_steps for k in steps):
+        raise ConfigError(f"checkpoints: SFT step counts in 1..{config.sft_steps - 1}")
     run = _Run(config, Path(out_dir), progress)
+    curve: list[dict[str, Any]] = []
     with _threads(config.threads):
-        base = run.timed("sft_base", run.train_base)
-        policy = load_lm_policy(base, seed=config.seed * 7919 + 60_000)[0]
-        top = max(run.budgets.values())
-        tasks = env_tasks(
-            run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
-        )
-        sens = budget_sensitivity(
-            tasks, policy, list(range(run.env.sensitivity_from, top + 1)), run.q,
-            run.env.parse, moves=run.env.moves,
-        )  # fmt: skip
-        inside = sorted({t for t in run.budgets.values() if t <= run.ceiling})
-        traces = [
-            tr
-            for b in inside
-            for tr in run_episodes(tasks, policy, b, q=run.q, moves=run.env.moves)
-        ]
-        errors = measured_error_rate(traces, run.q, run.env.moves, run.env.parse)
+        if steps:
+            from budgetmix.training.reproducibility import reproducible
+            from budgetmix.training.trainer import Trainer
+
+            tc = run.train_base_config()
+            with reproducible(config.threads, seed=tc.seed):  # as trainer.train starts a run
+                trainer = Trainer(tc)
+            trainer.log.path.unlink(missing_ok=True)  # a fresh run starts a fresh log
+            for k in steps:
+                run.timed("sft_base", partial(trainer.run, stop_after=k))
+                lm = LMPolicy(trainer.policy, trainer.tokenizer, seed=_policy_seed(config))
+                curve.append({"sft_steps": k, **run.timed("measure", _measure, run, lm, episodes)})
+                trainer.model.train()
+            result = run.timed("sft_base", trainer.run)
+            assert result.final_model_dir is not None
+            base = result.final_model_dir
+        else:
+            base = run.timed("sft_base", run.train_base)
+        policy = load_lm_policy(base, seed=_policy_seed(config))[0]
+        last = run.timed("measure", _measure, run, policy, episodes)
     return {
         "config": config.to_dict(),
         "environment": run.env.describe(),
         "ceiling": run.ceiling,
         "budgets": run.budgets,
         "base": str(base),
-        "sensitivity": {k: v for k, v in sens.to_dict().items() if k != "cells"}
-        | {"p_flip": {c.turns_left: c.probabilities[sens.flip_action] for c in sens.cells}},
-        "error_rate": errors,
+        **last,
+        "curve": [*curve, {"sft_steps": config.sft_steps, **last}],
         "timings": run.timings,
     }

@@ -199,6 +199,12 @@ class _Run:
         done = self.out / "runs" / "base" / "final"
         if (done / "model.safetensors").is_file():
             return done
+        result = train(self.train_base_config())
+        assert result.final_model_dir is not None
+        return result.final_model_dir
+
+    def train_base_config(self) -> Any:
+        """The SFT base's ``TrainConfig`` (its initial model written under ``runs/init``)."""
         cfg = self.cfg
         init = {}
         if cfg.init_model is not None:  # a pretrained model (.pretrained)
@@ -213,7 +219,7 @@ class _Run:
                 hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, seed=cfg.seed,
             )  # fmt: skip
             init = {"model_path": str(path)}
-        tc = self._train_config(
+        return self._train_config(
             "base",
             **init,
             seed=cfg.seed,
@@ -223,9 +229,6 @@ class _Run:
             sft_lr=cfg.sft_lr,
             steps=0,
         )
-        result = train(tc)
-        assert result.final_model_dir is not None
-        return result.final_model_dir
 
     def train_arm(self, method: str, seed: int, base: Path) -> tuple[Path, list[dict[str, Any]]]:
         """One RL run of ``method`` from ``base`` until the token budget is spent.

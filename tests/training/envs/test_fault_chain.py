@@ -187,11 +187,15 @@ def test_text_labels_and_the_registry() -> None:
     assert r.label.mistake == "tool_error" and r.observation == "A A A A A A !"
     r = env.step("a")  # an answer with a pointer breaks the chain; the episode goes on
     assert not r.done and r.label.mistake == "invalid_tool_arguments" and env.state == (0, BROKEN)
-    assert r.observation.endswith(" x")
+    assert r.observation == "A A A A A A x x x x x x"  # the mode six times, like the links
     r = env.step("g")
     assert r.label.mistake == "env_action_failed" and env.state == (0, BROKEN)
     r = env.step("r")
     assert r.label.progress and env.state == (0, OK)
+    r = env.step("g")
+    assert env.state == (0, HELD) and r.observation == "A A A A A A * * * * * *"
+    assert env.step("n").observation == "A A A A A A * * * * * * !"  # a fault keeps the guess
+    env.step("r")
     r = env.step("zzz")
     assert not r.label.valid and r.label.mistake == "model_format_error" and env.mode == BROKEN
     assert [parse_chain_move(t) for t in ("n", " R ", "a", "guess", "x")] == [0, 1, 2, 3, None]
