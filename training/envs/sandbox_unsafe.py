@@ -9,7 +9,8 @@ none of them alive (:func:`kill_uid`; else :class:`SandboxKillError`). The fresh
 must be able to read the interpreter's standard library: this interpreter's, else the
 system's ``python3`` (the bootstrap needs only the standard library). Where neither
 is readable, or ``drop_privileges=False`` is asked for, the run is refused
-(:func:`unsafe_refusal`) rather than run as root.
+(:func:`unsafe_refusal`) rather than run as root; so is every unsafe run as root
+outside Linux, where that kill has no ``/proc`` and no pidfds to check itself by.
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ def unsafe_refusal(drop: bool | None) -> str:
         return (
             "drop_privileges=False is refused as root: the unsafe fallback never runs "
             "model code as root"
+        )
+    if not sys.platform.startswith("linux"):
+        return (
+            "as root the unsafe fallback runs the code as a fresh uid and kills every process "
+            "of it afterwards through /proc and pidfds, which only Linux has"
         )
     if unsafe_interpreter() is None:
         return (

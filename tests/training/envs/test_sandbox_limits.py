@@ -231,6 +231,12 @@ def test_allow_unsafe_as_root_refuses_drop_privileges_false() -> None:
         run_python("print('ran')", allow_unsafe=True, drop_privileges=False)
 
 
+def test_allow_unsafe_as_root_is_refused_outside_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_root()
+    monkeypatch.setattr(sandbox_unsafe.sys, "platform", "darwin")
+    assert "which only Linux has" in sandbox_unsafe.unsafe_refusal(None)
+
+
 @pytest.mark.usefixtures("no_boundary")
 def test_allow_unsafe_as_root_refuses_without_a_readable_interpreter(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
