@@ -2,7 +2,7 @@
 
 Its ledger counts, its :class:`~budgetmix.decisions.EpisodeMachine` decides, the
 controller's policies are asked here, and its
-:class:`~budgetmix.instrumentation.EpisodeTrace` writes every span, metric and hook
+:class:`~budgetmix.instrumentation.EpisodeTelemetry` writes every span, metric and hook
 call. Turns and tool calls reach it through :mod:`budgetmix.steps`' owner protocols.
 """
 
@@ -19,7 +19,7 @@ from budgetmix.call_claims import claimed_ids
 from budgetmix.decisions import Closing, EpisodeMachine, TurnAction
 from budgetmix.events import BudgetEvent, EpisodeResult, Mistake, MistakeKind, Recovery
 from budgetmix.exceptions import BudgetExhausted, BudgetmixError, EarlyStopped
-from budgetmix.instrumentation import EpisodeTrace
+from budgetmix.instrumentation import EpisodeTelemetry
 from budgetmix.ledger import Ledger, LedgerState
 from budgetmix.notice import render_notice
 from budgetmix.policy import StepRecord
@@ -83,7 +83,7 @@ class Episode:
         self._outcomes: set[str] = set()  # tool call ids whose outcome is recorded
         self._events: list[BudgetEvent] = []
         self._hook_errors: list[str] = []
-        self._trace = EpisodeTrace(controller.instrumentation, self, self._hook_errors)
+        self._trace = EpisodeTelemetry(controller.instrumentation, self, self._hook_errors)
         self._turn: Turn | None = None
         self._turn_span: Span | None = None  # the span of the turn in progress
         self._grants = 0

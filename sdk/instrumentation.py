@@ -7,7 +7,7 @@ turns one into spans, attributes and events (GenAI semantic conventions plus the
 points, or into calls of the :class:`~budgetmix.Hooks`.
 
 * :class:`Instrumentation` - a controller's tracer, metric instruments and hooks;
-* :class:`EpisodeTrace` - one episode's writer: its span, its turns' and tool calls'
+* :class:`EpisodeTelemetry` - one episode's writer: its span, its turns' and tool calls'
   spans, its events, metrics and hook calls;
 * the ``set_*`` functions - what a :class:`~budgetmix.Turn` or
   :class:`~budgetmix.ToolCall` writes on its own span (from :mod:`budgetmix.step_spans`).
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILED_STATUSES",
-    "EpisodeTrace",
+    "EpisodeTelemetry",
     "Instrumentation",
     "add_span_event",
     "call_hooks",
@@ -190,7 +190,7 @@ class Instrumentation:
         )
         # the open episodes that capture content, for their turns to tell their task
         # and last reply (only those: nothing is kept when capture is off)
-        self.content_traces: WeakKeyDictionary[object, EpisodeTrace] = WeakKeyDictionary()
+        self.content_traces: WeakKeyDictionary[object, EpisodeTelemetry] = WeakKeyDictionary()
 
     def meters(self) -> bool:
         """Whether metric points can be recorded now: a meter provider was given, or an
@@ -220,7 +220,7 @@ class Instrumentation:
                 trace_.task = last_text(input_messages(task), "user")
 
 
-class EpisodeTrace:
+class EpisodeTelemetry:
     """One episode's spans, metric points and hook calls (a hook that raises is listed
     in ``hook_errors``)."""
 
@@ -251,7 +251,7 @@ class EpisodeTrace:
             inst.content_traces[episode] = self
 
     # -- spans -------------------------------------------------------------------------
-    def start(self, parent: EpisodeTrace | None) -> None:
+    def start(self, parent: EpisodeTelemetry | None) -> None:
         """Open the ``invoke_agent {name}`` span (a child of ``parent``'s, if given) and
         make it current until :meth:`leave`."""
         ep = self._episode

@@ -151,15 +151,28 @@ def lora_config(settings: bool | Mapping[str, Any], *, rank: int = 8) -> Any:
     return LoraConfig(**kwargs, task_type="CAUSAL_LM")
 
 
-def apply_lora(model: Any, config: Any) -> Any:
-    """Wrap ``model`` with the LoRA adapter ``config`` (a ``peft.LoraConfig``) describes.
+def apply_lora(
+    model: Any, config: Any = None, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0
+) -> Any:
+    """Wrap ``model`` with a peft LoRA adapter: ``config`` (a ``peft.LoraConfig``: its target
+    modules, rank, alpha, dropout...) or, without one, rank ``rank`` / ``alpha`` /
+    ``dropout`` on the attention projections (:data:`DEFAULT_TARGETS`).
 
     Raises:
         ConfigError: peft cannot apply it to this model (no module matches, say).
         MissingExtraError: peft is not installed.
     """
     require("peft", "train")
-    from peft import get_peft_model
+    from peft import LoraConfig, get_peft_model
+
+    if config is None:
+        config = LoraConfig(
+            r=rank,
+            lora_alpha=alpha,
+            lora_dropout=dropout,
+            target_modules=list(DEFAULT_TARGETS),
+            task_type="CAUSAL_LM",
+        )
 
     try:
         return get_peft_model(model, config)

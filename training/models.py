@@ -21,7 +21,7 @@ from budgetmix.exceptions import ConfigError
 if TYPE_CHECKING:
     from budgetmix.training.config import TrainConfig
 
-__all__ = ["TinyModelSpec", "apply_lora", "build_policy", "build_tiny_model", "load_pretrained"]
+__all__ = ["TinyModelSpec", "build_policy", "build_tiny_model", "load_pretrained"]
 
 _ARCHS = ("llama", "qwen2")
 
@@ -119,33 +119,6 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
     return model, tokenizer
 
 
-def apply_lora(
-    model: Any, config: Any = None, *, rank: int = 8, alpha: int = 16, dropout: float = 0.0
-) -> Any:
-    """Wrap ``model`` with a peft LoRA adapter: ``config`` (a ``peft.LoraConfig``: its target
-    modules, rank, alpha, dropout...) or, without one, rank ``rank`` / ``alpha`` /
-    ``dropout`` on the attention projections.
-
-    Raises:
-        ConfigError: peft cannot apply ``config`` to this model.
-        MissingExtraError: peft is not installed.
-    """
-    from budgetmix.training import lora
-
-    if config is None:
-        require("peft", "train")
-        from peft import LoraConfig
-
-        config = LoraConfig(
-            r=rank,
-            lora_alpha=alpha,
-            lora_dropout=dropout,
-            target_modules=list(lora.DEFAULT_TARGETS),
-            task_type="CAUSAL_LM",
-        )
-    return lora.apply_lora(model, config)
-
-
 def build_policy(config: TrainConfig) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer;
     the tokenizer's chat template is ``chat_template``'s file when the config names one."""
@@ -169,7 +142,7 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
         tokenizer.chat_template = template
     if config.lora is not False:
         import torch
-        from budgetmix.training.lora import lora_config
+        from budgetmix.training.lora import apply_lora, lora_config
 
         # the adapter's initial A matrices are random: seeded, so runs repeat
         with torch.random.fork_rng(devices=[]):

@@ -62,8 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RECORD_FORMAT",
-    "EpisodeRecord",
     "RecordedBatches",
+    "RecordedEpisode",
     "episode_record",
     "read_episodes",
     "recorded_rollouts",
@@ -78,7 +78,7 @@ ToolErrors = Literal["skip", "keep"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EpisodeRecord:
+class RecordedEpisode:
     """One recorded episode: its messages (no notices), its tools, its turn budget, and
     ``tool_errors``: the ids of the calls whose tool raised.
 
@@ -118,7 +118,7 @@ class EpisodeRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> EpisodeRecord:
+    def from_dict(cls, data: Any) -> RecordedEpisode:
         """Read one line's object.
 
         Raises:
@@ -204,7 +204,7 @@ def _tool_spec(data: Any, index: int) -> ToolSpec:
 
 def episode_record(
     run: AgentRun, tools: Iterable[Tool | ToolSpec], *, notice_placement: str = "ephemeral"
-) -> EpisodeRecord:
+) -> RecordedEpisode:
     """The record of one ``run_agent`` episode with the ``tools`` it was given;
     ``notice_placement`` is the run's controller's (``"observation"``: its messages
     hold the notices); ``tool_errors`` are the calls of its ``tool_error`` mistakes.
@@ -221,7 +221,7 @@ def episode_record(
         for m in run.result.mistakes
         if m.kind is MistakeKind.TOOL_ERROR and m.call_id is not None
     )
-    return EpisodeRecord(
+    return RecordedEpisode(
         messages=tuple(run.messages),
         tools=specs,
         budget_turns=int(limit) if limit is not None else None,
@@ -231,7 +231,7 @@ def episode_record(
     )
 
 
-def write_episodes(path: str | Path, records: Iterable[EpisodeRecord]) -> Path:
+def write_episodes(path: str | Path, records: Iterable[RecordedEpisode]) -> Path:
     """Append ``records`` to the JSONL file ``path`` (created if missing); returns it."""
     p = Path(path)
     with p.open("a", encoding="utf-8") as f:
@@ -240,7 +240,7 @@ def write_episodes(path: str | Path, records: Iterable[EpisodeRecord]) -> Path:
     return p
 
 
-def read_episodes(path: str | Path) -> list[EpisodeRecord]:
+def read_episodes(path: str | Path) -> list[RecordedEpisode]:
     """Every record of the JSONL file ``path`` (blank lines skipped).
 
     Raises:
@@ -257,7 +257,7 @@ def read_episodes(path: str | Path) -> list[EpisodeRecord]:
         if not line.strip():
             continue
         try:
-            records.append(EpisodeRecord.from_dict(json.loads(line)))
+            records.append(RecordedEpisode.from_dict(json.loads(line)))
         except (ValueError, RecursionError) as exc:  # ConfigError is a ValueError
             raise ConfigError(f"sft_data: {p.name}:{number}: {exc}") from None
     if not records:
@@ -266,7 +266,7 @@ def read_episodes(path: str | Path) -> list[EpisodeRecord]:
 
 
 # -- training rows ---------------------------------------------------------------------
-def _with_notices(record: EpisodeRecord, fmt: str, default_turns: int) -> list[ChatMessage]:
+def _with_notices(record: RecordedEpisode, fmt: str, default_turns: int) -> list[ChatMessage]:
     """The record's messages with each turn's notice in its latest observation (kept)."""
     from dataclasses import replace
 
@@ -291,7 +291,7 @@ def _with_notices(record: EpisodeRecord, fmt: str, default_turns: int) -> list[C
     return out
 
 
-def _assistant_turns(record: EpisodeRecord) -> int:
+def _assistant_turns(record: RecordedEpisode) -> int:
     return sum(m.role == "assistant" for m in record.messages)
 
 
@@ -340,7 +340,7 @@ def _rows(
 
 
 def recorded_rollouts(
-    records: Sequence[EpisodeRecord],
+    records: Sequence[RecordedEpisode],
     template: ChatTemplate,
     *,
     notice_format: str,

@@ -46,7 +46,7 @@ __all__ = [
     "EpisodeSpec",
     "Rollout",
     "RolloutSettings",
-    "StepRecord",
+    "RolloutStep",
     "Termination",
     "TokenCheck",
     "run_rollouts",
@@ -103,7 +103,7 @@ class EpisodeSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepRecord:
+class RolloutStep:
     """One turn: the reply text and what the environment said about it (a turn's tool calls
     combined: rewards summed, observations joined by newlines, the first mistake's label)."""
 
@@ -138,7 +138,7 @@ class Rollout:
     success: bool
     num_turns: int
     termination: Termination
-    steps: tuple[StepRecord, ...]
+    steps: tuple[RolloutStep, ...]
     messages: tuple[dict[str, Any], ...] = field(repr=False)
     drift: TokenDrift | None = None
     drifts: tuple[TokenDrift, ...] = ()
@@ -193,7 +193,7 @@ class _Episode:
         self.prompt_len = len(self.ids)
         self.mask: list[int] = []
         self.logprobs: list[float] = []
-        self.steps: list[StepRecord] = []
+        self.steps: list[RolloutStep] = []
         self.reward = 0.0
         self.termination: Termination | None = None
 
@@ -257,7 +257,7 @@ def _advance(
     result, answers = environment_answer(ep.env, reply, tools=bool(ep.tools))
     ep.reward += result.reward
     ep.steps.append(
-        StepRecord(
+        RolloutStep(
             turn=turn,
             action=text,
             observation=result.observation,

@@ -56,7 +56,7 @@ from budgetmix.training.rollout import (
     EpisodeSpec,
     Rollout,
     RolloutSettings,
-    StepRecord,
+    RolloutStep,
     Termination,
 )
 from budgetmix.training.server_tokens import StitchedRow, TokenCapture, TokenLog, stitch, token_log
@@ -350,7 +350,7 @@ def _rollout(p: _Played, row: StitchedRow) -> Rollout:
     )
 
 
-def _steps(p: _Played) -> list[StepRecord]:
+def _steps(p: _Played) -> list[RolloutStep]:
     """One record per turn: the reply, the environment's answer, its reward and label."""
     out = []
     final = p.final or (p.slot.exchanges[-1].messages if p.slot.exchanges else ())
@@ -367,7 +367,7 @@ def _steps(p: _Played) -> list[StepRecord]:
         if reply.get("tool_calls"):
             action += json.dumps(reply["tool_calls"])
         out.append(
-            StepRecord(
+            RolloutStep(
                 turn=turn,
                 action=action,
                 observation=answers[turn - 1] if turn <= len(answers) else "",

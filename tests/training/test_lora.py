@@ -114,8 +114,8 @@ def _logits(model: Any) -> torch.Tensor:
 
 
 def test_folding_keeps_the_function_and_restarts_the_adapter(tokenizer: Any) -> None:
-    from budgetmix.training.lora import fold_adapter, lora_config
-    from budgetmix.training.models import TinyModelSpec, apply_lora, build_tiny_model
+    from budgetmix.training.lora import apply_lora, fold_adapter, lora_config
+    from budgetmix.training.models import TinyModelSpec, build_tiny_model
 
     base = build_tiny_model(TinyModelSpec(), tokenizer, seed=0)
     model = apply_lora(base, lora_config(USER_LORA))
@@ -132,9 +132,9 @@ def test_folding_keeps_the_function_and_restarts_the_adapter(tokenizer: Any) -> 
     with model.disable_adapter():  # the reference is now the folded (post-SFT) model
         torch.testing.assert_close(_logits(model), adapted, atol=1e-5, rtol=0)
     assert {name: id(p) for name, p in model.named_parameters()} == params  # optimizer-safe
-    assert all(
-        not p.any() for name, p in model.named_parameters() if "lora_B" in name
-    ), "the adapter restarts at zero"
+    assert all(not p.any() for name, p in model.named_parameters() if "lora_B" in name), (
+        "the adapter restarts at zero"
+    )
 
 
 def test_the_reference_is_the_adapter_disabled_policy_not_a_copy(

@@ -16,7 +16,7 @@ from budgetmix.adapters.testing import ScriptedModel, tool_call, tool_calls
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
 from budgetmix.training.recordings import (
-    EpisodeRecord,
+    RecordedEpisode,
     _with_notices,
     episode_record,
     read_episodes,
@@ -185,6 +185,6 @@ def test_a_template_that_is_not_prefix_stable_gets_one_row_per_turn() -> None:
 def test_record_validation() -> None:
     reply = ChatMessage(role="assistant", content="hi")
     with pytest.raises(ConfigError, match="notice_placement"):
-        EpisodeRecord(messages=(reply,), notice_placement="sideways")
+        RecordedEpisode(messages=(reply,), notice_placement="sideways")
     with pytest.raises(ConfigError, match="no assistant message"):
-        EpisodeRecord(messages=(ChatMessage(role="user", content="hi"),))
+        RecordedEpisode(messages=(ChatMessage(role="user", content="hi"),))
