@@ -12,7 +12,9 @@ Each episode keeps its KV cache from one turn to the next (a row of the sampler'
 rows, :mod:`budgetmix.training.sampler`), so a turn feeds the model its new ids only. A
 batch whose episodes are exactly those of one earlier batch runs on that batch's cache as
 it is; otherwise their rows are gathered into one cache (copied, padded on the left), and
-each forward pass pads in the middle, as the training sampler's batches do.
+each forward pass pads in the middle, as the training sampler's batches do. Long new ids
+(a new episode's prompt) are not padded to: such a row is prefilled in a forward pass of
+its own and joined into the batch for the decoding (:mod:`budgetmix.training.serve_rows`).
 
 The same responses as batch 1: every agent draws from its own ``torch.Generator`` (seeded
 with the agent's seed, as a batch-1 agent's is), one draw per id of its own response and
@@ -38,17 +40,8 @@ from typing import Any
 
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.attention import grouped_attention
-from budgetmix.training.prefix_cache import _fill, _Source
-from budgetmix.training.sampler import (
-    Generation,
-    SamplingRule,
-    _CacheRows,
-    _draw,
-    _reusable,
-    _suffix,
-    stop_token_ids,
-)
+from budgetmix.training.sampler import Generation, SamplingRule, stop_token_ids
+from budgetmix.training.serve_rows import EpisodeRows, Prefill
 
 __all__ = ["BatchedGenerator", "EpisodeBatcher"]
 
@@ -66,6 +59,7 @@ class _Request:
     result: Generation | None = None
     error: BaseException | None = None
     finished: bool = False
+    prefill: Prefill | None = None  # its new ids, read ahead in its own thread
 
 
 @dataclass(slots=True)
@@ -74,6 +68,7 @@ class _Queue:
 
     pending: list[_Request] = field(default_factory=list)
     active: set[int] = field(default_factory=set)  # handles in an episode (or just made)
+    prefilling: set[int] = field(default_factory=set)  # episodes reading their turn ahead
     released: set[int] = field(default_factory=set)  # ended episodes: rows to drop
     running: bool = False
     idle_since: float = 0.0  # when the last batch ended: a wait counts from then
@@ -119,7 +114,7 @@ class EpisodeBatcher:
     def _setup(self) -> None:
         self._cond = threading.Condition()
         self._queue = _Queue()
-        self._rows = _EpisodeRows(self.model)
+        self._rows = EpisodeRows(self.model)
         self._keys = itertools.count(1)
         self.batches: list[int] = []  # the size of every batch sampled, in order
 
@@ -137,6 +132,11 @@ class EpisodeBatcher:
     def ids_fed(self) -> int:
         """Ids run through the model so far (padding excluded)."""
         return self._rows.ids_fed
+
+    @property
+    def prefilled(self) -> int:
+        """Turns whose new ids were fed in a forward pass of their own so far (not padded to)."""
+        return self._rows.prefilled
 
     @property
     def in_flight(self) -> int:
@@ -195,12 +195,23 @@ class EpisodeBatcher:
             raise ConfigError("the context is empty: a generation needs at least one id")
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
-        req = _Request(handle, key, list(context), max_new_tokens, rng, time.monotonic())
+        req = _Request(handle, key, list(context), max_new_tokens, rng, 0.0)
         queue = self._queue
         with self._cond:
-            if any(r.key == key for r in queue.pending):
+            if key in queue.prefilling or any(r.key == key for r in queue.pending):
                 raise ConfigError(f"episode {key} already has a turn pending")
             queue.active.add(handle)
+            queue.prefilling.add(key)
+        try:
+            req.prefill = self._rows.prefill(key, req.context)
+        except BaseException:  # the request fails alone, never queued
+            with self._cond:
+                queue.prefilling.discard(key)
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            queue.prefilling.discard(key)
+            req.since = time.monotonic()
             queue.pending.append(req)
             self._cond.notify_all()
         while True:
@@ -220,8 +231,10 @@ class EpisodeBatcher:
         pending = self._queue.pending
         if not pending:
             return False
-        full = len(pending) >= min(self.batch_size, len(self._queue.active))
-        return full or time.monotonic() >= self._deadline()
+        if len(pending) >= min(self.batch_size, len(self._queue.active)):
+            return True  # a full batch, or every episode in flight has its turn pending
+        # a turn being prefilled is pending in a moment: the batch waits for it
+        return not self._queue.prefilling and time.monotonic() >= self._deadline()
 
     def _deadline(self) -> float:
         # Counted from the end of the last batch too: turns that waited while it ran then
@@ -229,8 +242,8 @@ class EpisodeBatcher:
         return max(self._queue.pending[0].since, self._queue.idle_since) + self.flush_s
 
     def _wait_s(self) -> float | None:
-        if self._queue.running or not self._queue.pending:
-            return None  # woken when the batch ends or a turn arrives
+        if self._queue.running or not self._queue.pending or self._queue.prefilling:
+            return None  # woken when the batch ends, a turn arrives or a prefill ends
         return max(1e-4, self._deadline() - time.monotonic())
 
     def _take(self) -> tuple[list[_Request], set[int]]:
@@ -288,114 +301,6 @@ class EpisodeBatcher:
             )
             for r in batch
         ]
-
-
-class _EpisodeRows:
-    """Every episode's KV cache row, in groups (one group per batch that last ran them)."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.groups: list[_CacheRows] = []
-        self.ids_fed = 0
-
-    def drop(self, keys: set[int]) -> None:
-        """Free the rows of ``keys`` (emptied groups are dropped)."""
-        if not keys:
-            return
-        kept: list[_CacheRows] = []
-        for group in self.groups:
-            rest = [r for r, key in enumerate(group.keys) if key not in keys]
-            if rest:
-                group.keep(rest)
-                kept.append(group)
-        self.groups = kept
-
-    def sample(self, batch: Sequence[_Request], rules: Sequence[SamplingRule]) -> list[Generation]:
-        """One response per request, in order, from one batch of rows; the rows are kept."""
-        where = {
-            key: (g, r) for g, group in enumerate(self.groups) for r, key in enumerate(group.keys)
-        }
-        order = sorted(range(len(batch)), key=lambda i: where.get(batch[i].key, (len(where), i)))
-        requests = [batch[i] for i in order]
-        rows = self._assemble([r.key for r in requests], where)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad(), grouped_attention(self.model):
-                new = [_suffix(rows, row, req.context) for row, req in enumerate(requests)]
-                limits = [req.max_new_tokens for req in requests]
-                gens = _decode_rows(rows, new, limits, [rules[i] for i in order])
-                rows.compact()
-        finally:
-            self.model.train(was_training)
-            self.ids_fed += rows.ids_fed
-            rows.ids_fed = 0
-        if _reusable(rows.cache):  # else nothing is kept: the next turn re-reads
-            self.groups.append(rows)
-        out: list[Generation | None] = [None] * len(batch)
-        for i, gen in zip(order, gens, strict=True):
-            out[i] = gen
-        return [gen for gen in out if gen is not None]
-
-    def _assemble(self, keys: list[int], where: dict[Hashable, tuple[int, int]]) -> _CacheRows:
-        """Rows for ``keys`` (in this order): an earlier batch's as is when they are exactly
-        its episodes, else gathered from theirs (fresh rows for new episodes). Either way
-        the rows leave their groups: a batch that fails keeps none of them."""
-        held = [where.get(key) for key in keys]
-        groups = {g for g, _ in (h for h in held if h is not None)}
-        if len(groups) == 1 and all(h is not None for h in held):
-            (g,) = groups
-            group = self.groups[g]
-            if group.keys == keys:
-                del self.groups[g]
-                return group
-        rows = _CacheRows(self.model, list(keys))
-        if groups:
-            sources = [
-                _Source(key) if h is None else _Source(key, self.groups[h[0]], h[1], take=True)
-                for key, h in zip(keys, held, strict=True)
-            ]
-            _fill(rows, sources)
-            self.drop(set(keys))
-        return rows
-
-
-def _decode_rows(
-    rows: _CacheRows,
-    new: Sequence[Sequence[int]],
-    limits: Sequence[int],
-    rules: Sequence[SamplingRule],
-) -> list[Generation]:
-    """Feed ``new`` to each row, then sample up to ``limits[row]`` ids per row, each row
-    drawing from its own rule's generator and only while it has not stopped (the last id a
-    row samples is not fed: the next turn feeds it)."""
-    logits = rows.feed(new)
-    sampled: list[list[int]] = [[] for _ in new]
-    logps: list[list[float]] = [[] for _ in new]
-    done = [False] * len(new)
-    greedy = rules[0].temperature == 0.0
-    while True:
-        live = [row for row, d in enumerate(done) if not d]
-        if greedy:  # an argmax per row: the batch draws them all at once
-            toks, lps = _draw(logits, rules[0])
-            drawn = [(toks[row], lps[row]) for row in live]
-        else:
-            drawn = [_first(_draw(logits[row : row + 1], rules[row])) for row in live]
-        for row, (tok, lp) in zip(live, drawn, strict=True):
-            sampled[row].append(tok)
-            logps[row].append(lp)
-            done[row] = tok in rules[row].stop_ids or len(sampled[row]) >= limits[row]
-        if all(done):
-            break
-        logits = rows.feed([[] if d else [ids[-1]] for ids, d in zip(sampled, done, strict=True)])
-    return [
-        Generation(tuple(ids), tuple(lps), bool(ids) and ids[-1] in rule.stop_ids)
-        for ids, lps, rule in zip(sampled, logps, rules, strict=True)
-    ]
-
-
-def _first(drawn: tuple[list[int], list[float]]) -> tuple[int, float]:
-    return drawn[0][0], drawn[1][0]
 
 
 class BatchedGenerator:

@@ -3,8 +3,9 @@
 Under the real Evaluator, agents from ``TrainedPolicyAgent.factory(batch_size=4)`` give the
 same ids, actions and records as batch-1 agents, greedy and seeded (each episode drawing
 from its own stream), with episodes of different prompt lengths and budgets (some end
-while others go on). A request whose forward pass fails, or an episode that raises in its
-own code, fails alone.
+while others go on), their long prompts and observations prefilled alone and joined into
+the batch. A request whose forward pass fails (in its batch or in its own prefill), or an
+episode that raises in its own code, fails alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from budgetmix.training.envs import FrozenLakeEnv
 from budgetmix.training.generation import ModelGenerator
 from budgetmix.training.serve import TrainedPolicyAgent
 from budgetmix.training.serve_batch import BatchedGenerator, EpisodeBatcher
+from budgetmix.training.serve_rows import PREFILL_IDS
 
 MAX_NEW = 6
 
@@ -115,6 +117,8 @@ def test_batched_episodes_act_as_at_batch_1(
     assert len({len(ids) for *_, ids in one_log}) > 4
     assert {r.turns_used for r in one} >= {2, 5}
     assert max(batched.batcher.batches) == 4 and sum(batched.batcher.batches) == len(one_log)
+    # the prompts (hundreds of ids) and observations were prefilled alone, then joined
+    assert batched.batcher.prefilled == len(one_log)
     if temperature:  # distinct episodes drew distinct actions (the streams are their own)
         assert len({actions for _, _, actions, _ in one_log}) > 3
     # every ended episode left the batches (only the agent built just now is in flight)
@@ -148,15 +152,18 @@ def _batch_1(model: Any, tokenizer: Any, seed: int, turns: list[list[int]]) -> l
     return out
 
 
+@pytest.mark.parametrize("where", ["batch", "prefill"])
 def test_a_failing_request_fails_alone_and_the_batch_goes_on(
-    tokenizer: Any, tiny_model: Any
+    where: str, tokenizer: Any, tiny_model: Any
 ) -> None:
     batcher = EpisodeBatcher(tiny_model, tokenizer, temperature=1.0, batch_size=3, flush_s=60)
     vocab = int(tiny_model.get_input_embeddings().weight.shape[0])
+    long = list(range(40, 40 + PREFILL_IDS))  # prefilled alone, in its own thread
     turns = {  # per episode: the prompt, then what the environment adds each turn
-        1: [[5, 6, 7, 8, 9, 10, 11], [12, 13]],
+        1: [[5, 6, 7, 8, 9, 10, 11], [12, 13, *long]],
         2: [[20, 21], [22, 23, 24, 25, 26]],
-        3: [[30, vocab + 5, 31], [32]],  # an id past the vocabulary: the forward pass fails
+        # an id past the vocabulary: the forward pass fails (its batch's, or its prefill)
+        3: [[30, vocab + 5, 31, *(long if where == "prefill" else [])], [32]],
     }
     handles = {e: batcher.generator(seed=e) for e in turns}
     barrier = threading.Barrier(3)
@@ -188,7 +195,9 @@ def test_a_failing_request_fails_alone_and_the_batch_goes_on(
         assert [(g.ids, g.stopped) for g in results[e]] == [(g.ids, g.stopped) for g in alone]
         for g, a in zip(results[e], alone, strict=True):  # the logits differ by rounding only
             assert g.logprobs == pytest.approx(a.logprobs, abs=1e-4)
-    assert batcher.batches == [3, 2]  # the failed batch of 3, then the two that went on
+    # the failed batch of 3 (or the failed prefill, alone), then the two that went on
+    assert batcher.batches == ([3, 2] if where == "batch" else [2, 2])
+    assert batcher.prefilled == 1  # episode 1's long second turn
     assert batcher.cached_episodes == 2
 
 
