@@ -109,6 +109,7 @@ _INT_MIN = {
     "concurrency": 1,
     "workers": 1,
     "max_new_tokens": 1,
+    "batch_size": 1,
     "seed": 0,
     "training_ceiling": 1,
     "fault_step": 1,
@@ -149,6 +150,8 @@ def _check_value(key: str, value: Any) -> None:
 
 def _check_agent(cfg: Mapping[str, Any]) -> None:
     kind = cfg.get("agent", "oracle")
+    if cfg.get("batch_size", 1) > 1 and kind != "checkpoint":
+        raise UsageError("--batch-size", f"only agent checkpoint batches episodes, not {kind}")
     if kind in ("local", "checkpoint"):
         if not cfg.get("model"):
             raise UsageError("--model", f"a model directory is required for agent {kind}")
@@ -267,8 +270,16 @@ def _checkpoint_factory(cfg: Mapping[str, Any], ident: dict[str, Any]) -> AgentF
     max_new = int(cfg.get("max_new_tokens", 16))
     seed = int(cfg.get("seed", 0))
     ident["model"] = str(cfg["model"])
-    return lambda: TrainedPolicyAgent(
-        weights, tokenizer, temperature=temperature, max_new_tokens=max_new, seed=seed
+    ident["episode_seeds"] = True  # each (task, sample) cell samples its own stream
+    # batch_size is left out of the identity: it gives batch 1's ids (a resume may change it)
+    return TrainedPolicyAgent.factory(
+        weights,
+        tokenizer,
+        batch_size=int(cfg.get("batch_size", 1)),
+        temperature=temperature,
+        max_new_tokens=max_new,
+        seed=seed,
+        episode_seeds=True,
     )
 
 

@@ -68,6 +68,12 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument("--temperature", type=float, help="sampling temperature for model agents")
     p.add_argument("--max-new-tokens", type=int, help="generation cap per turn (agent local)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        help="agent checkpoint: episodes in flight sampled in one forward pass (default 1; "
+        "the same ids as 1)",
+    )
     p.add_argument("--notice", help="notice format: v1, v1-compact, none (default: v1 or recorded)")
 
 
@@ -116,5 +122,3 @@ def _json_mapping(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
-
-

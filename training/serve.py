@@ -37,6 +37,7 @@ the trainer writes): ``run_agent`` and the evaluator refuse to grant it one.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -53,7 +54,15 @@ if TYPE_CHECKING:
     from budgetmix.training.generation import ModelGenerator
     from budgetmix.training.serve_batch import BatchedGenerator, EpisodeBatcher
 
-__all__ = ["TrainedPolicyAgent", "chat_model", "deployment_notice"]
+__all__ = ["TrainedPolicyAgent", "chat_model", "deployment_notice", "episode_seed"]
+
+
+def episode_seed(agent_seed: int, seed: int) -> int:
+    """The seed of an episode's sampling stream: a stable 63-bit mix of the agent's ``seed``
+    and the episode's (independent of ``PYTHONHASHSEED``; distinct pairs give unrelated
+    streams)."""
+    digest = hashlib.blake2b(f"{agent_seed}:{seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 class TrainedPolicyAgent:
@@ -64,6 +73,14 @@ class TrainedPolicyAgent:
         temperature: 0 decodes greedily; above 0 samples (seeded by ``seed``).
         max_new_tokens: cap of one response.
         seed: sampling seed (ignored when greedy).
+        episode_seeds: ``False`` (the default): one sampling stream, seeded by ``seed`` at
+            construction, runs on across the agent's episodes (``budgetmix demo`` drives
+            one agent over sequential episodes so). ``True``: :meth:`start` reseeds the
+            stream from ``(seed, the episode seed it receives)`` (:func:`episode_seed`),
+            so every episode draws from a stream of its own: an evaluator builds a fresh
+            agent per episode and passes each (task, sample) cell its own seed, so the K
+            samples of a task differ and a rerun draws the same ids again (``budgetmix
+            eval --agent checkpoint`` turns it on).
         tool_call_format: the parser of its tool calls (default: the template's).
         batcher: an :class:`~budgetmix.training.serve_batch.EpisodeBatcher` of ``model``
             shared with other agents: their concurrent turns are sampled in one forward
@@ -96,6 +113,7 @@ class TrainedPolicyAgent:
         seed: int = 0,
         tool_call_format: ToolCallFormat | None = None,
         batcher: EpisodeBatcher | None = None,
+        episode_seeds: bool = False,
     ) -> None:
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
@@ -106,6 +124,8 @@ class TrainedPolicyAgent:
 
         self.codec = ChatCodec.for_model(model, tokenizer, tool_call_format=tool_call_format)
         self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.episode_seeds = bool(episode_seeds)
         self.generator: ModelGenerator | BatchedGenerator
         if batcher is None:
             self.generator = ModelGenerator.seeded(
@@ -140,7 +160,9 @@ class TrainedPolicyAgent:
         :class:`~budgetmix.training.serve_batch.EpisodeBatcher`: up to ``batch_size``
         concurrent episodes are sampled in one forward pass (a turn waits ``flush_s`` at
         most for the others'), and each acts as a batch-1 agent with the same ``options``
-        would. ``options`` are the constructor's (``temperature``, ``seed``, ...).
+        would. ``options`` are the constructor's (``temperature``, ``seed``, ...); give
+        ``episode_seeds=True`` for an evaluator's sampled episodes to draw each from its
+        cell's stream (else every fresh agent restarts the same stream: K equal samples).
 
         Raises:
             ConfigError: ``batch_size`` below 1, a negative ``flush_s``, or a bad option.
@@ -185,10 +207,13 @@ class TrainedPolicyAgent:
 
     def start(self, env: Environment, seed: int) -> None:
         """Begin an episode in ``env`` (called once per episode by the evaluator, after
-        ``env.reset``). A tool environment is driven by the agent itself (see :meth:`act`)."""
+        ``env.reset``, with the cell's ``seed``; with ``episode_seeds`` the sampling stream is
+        reseeded from it). A tool environment is driven by the agent itself (see :meth:`act`)."""
         from budgetmix.training.envs.tool_env import ToolCallEnvironment
 
         self.generator.reset()  # the last episode's cache
+        if self.episode_seeds and self.generator.generator is not None:
+            self.generator.generator.manual_seed(episode_seed(self.seed, seed))
         self._episode += 1
         self._instructions = env.instructions()
         self._ids = None
