@@ -1,9 +1,9 @@
 """The set-up of run.sh's two commands: what each installs, and that it says so step by step.
 
-The installs themselves are checked by .ci/run on a fresh clone (the demo's virtualenv
-holds no agent framework and no backend, the demo runs on it, the suite's set-up then
-reinstalls nothing); here scripts/bootstrap.sh runs against a stub interpreter that
-records what pip is asked to do.
+The installs themselves are checked on a fresh clone by tests/test_setup_fresh_clone.py
+(the demo's virtualenv holds no agent framework and no backend, the demo runs on it, the
+suite's set-up would replace nothing); here scripts/bootstrap.sh runs against a stub
+interpreter that records what pip is asked to do.
 """
 
 from __future__ import annotations
