@@ -65,7 +65,10 @@ def _parser() -> CliParser:
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument(
-        "--quick", action="store_true", help="reduced run (a few minutes; the test suite runs it)"
+        "--quick",
+        action="store_true",
+        help="reduced run: 213 CPU s, 13 min wall on 2 shared cores at load 13 (measured "
+        "2026-12-02 on a fresh clone's demo set-up); the test suite runs it",
     )
     size.add_argument(
         "--full",
