@@ -11,18 +11,21 @@ sampled at temperature 1) by the real :class:`~budgetmix.evaluation.Evaluator` w
 ``--concurrency`` episodes in flight, through two agent factories on the same model:
 
 * ``batch 1``: ``TrainedPolicyAgent.factory(batch_size=1)``, each episode sampled in its
-  own forward passes (what ``budgetmix eval --agent checkpoint`` ran before);
+  own forward passes (``budgetmix eval --agent checkpoint``'s default);
 * ``batched``: ``TrainedPolicyAgent.factory(batch_size=concurrency)``, the concurrent
-  episodes' turns sampled together (:mod:`budgetmix.training.serve_batch`).
+  episodes' turns sampled together (:mod:`budgetmix.training.serve_batch`; ``--batch-size
+  N``): each turn's long new ids prefilled in its episode's thread, the decoding batched.
+
+Both with ``episode_seeds=True``, as the CLI: each episode samples its cell's stream.
 
 The two alternate (batch 1 first on even repeats), ``--repeats`` times each. The table
 shows, per path, the median seconds per grid with the spread (min-max), sampled tokens
-per second and per CPU second of the process (medians of the repeats: batch 1 runs its
-episodes' forward passes in ``concurrency`` threads at once, the batched path in one, so on
-a machine shared with other jobs wall time also measures the share of the cores each
-gets), the mean batch size, and the ratios (batched / batch 1); below it, whether both
-paths sampled the same ids (they must: every episode draws from its own stream) and the
-machine's load average (1 minute) before and after.
+per second and per CPU second of the process (medians of the repeats: both paths run the
+prefills in ``concurrency`` threads at once; batch 1 its decoding too, the batched path in
+one thread, so on a machine shared with other jobs wall time also measures the share of
+the cores each gets), the mean batch size, and the ratios (batched / batch 1); below it,
+whether both paths sampled the same ids (they must: every episode draws from its own
+stream) and the machine's load average (1 minute) before and after.
 """
 
 from __future__ import annotations
@@ -95,9 +98,8 @@ def _grid(model: Any, tokenizer: Any, args: argparse.Namespace, batch: int, out:
             self.generator.generate_ids = counted  # type: ignore[method-assign]
 
         def start(self, env: Any, seed: int) -> None:
-            super().start(env, seed)
+            super().start(env, seed)  # episode_seeds: the stream is the cell's own
             self._seed = seed
-            self.generator.generator.manual_seed(seed)  # type: ignore[union-attr]
 
         def act(self, observation: str, notice: str | None, left: int | None) -> Any:
             action = super().act(observation, notice, left)
@@ -110,6 +112,7 @@ def _grid(model: Any, tokenizer: Any, args: argparse.Namespace, batch: int, out:
         batch_size=batch,
         temperature=1.0,
         max_new_tokens=args.tokens,
+        episode_seeds=True,
     )
     config = EvalConfig(
         budgets=(4, 8),

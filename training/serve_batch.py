@@ -5,8 +5,9 @@ The evaluator plays ``concurrency`` episodes at once, one
 from its own thread. Agents built by :meth:`TrainedPolicyAgent.factory` with
 ``batch_size`` above 1 share one :class:`EpisodeBatcher`: a turn's request waits until
 ``batch_size`` requests are pending, or every episode in flight has one pending, or the
-oldest has waited ``flush_s``; then one of the waiting threads samples them all together
-(one forward pass per sampled id for the whole batch) and hands each episode its response.
+oldest has waited ``flush_s`` and no turn is being prefilled (below); then one of the
+waiting threads samples them all together (one forward pass per sampled id for the whole
+batch) and hands each episode its response.
 
 Each episode keeps its KV cache from one turn to the next (a row of the sampler's cache
 rows, :mod:`budgetmix.training.sampler`), so a turn feeds the model its new ids only. A
@@ -82,7 +83,8 @@ class EpisodeBatcher:
             tokenizer's EOS ids, as a batch-1 agent's).
         temperature: 0 decodes greedily; above 0 each episode samples from its own generator.
         batch_size: the most episodes of one forward pass.
-        flush_s: how long a pending turn waits for other episodes' turns at most.
+        flush_s: how long a pending turn waits for other episodes' turns at most (it
+            waits for a turn being prefilled in any case: it is pending next).
 
     Raises:
         ConfigError: a negative temperature, ``batch_size`` below 1 or a negative ``flush_s``.

@@ -130,7 +130,8 @@ class EpisodeRows:
             )
             requests = [batch[i] for i in order]
             singles = {r.key: r.prefill.rows for r in requests if r.prefill is not None}
-            rows = self._assemble([r.key for r in requests], where, singles)
+            spare = max(r.max_new_tokens for r in requests) + PREFILL_IDS
+            rows = self._assemble([r.key for r in requests], where, singles, spare)
         first = {row: r.prefill.logits for row, r in enumerate(requests) if r.prefill is not None}
         was_training = self.model.training
         self.model.eval()
@@ -187,11 +188,13 @@ class EpisodeRows:
         keys: list[int],
         where: dict[Hashable, tuple[int, int]],
         singles: dict[int, _CacheRows],
+        spare: int,
     ) -> _CacheRows:
         """Rows for ``keys`` (in this order; the lock held): an earlier batch's as is when
         they are exactly its episodes and none was prefilled, else gathered from theirs
-        (``singles`` for the prefilled ones, fresh rows for new episodes). Either way the
-        rows leave their groups: a batch that fails keeps none of them."""
+        (``singles`` for the prefilled ones, fresh rows for new episodes), with ``spare``
+        columns free for the decoding. Either way the rows leave their groups: a batch that
+        fails keeps none of them."""
         held = [where.get(key) for key in keys]
         groups = {g for g, _ in (h for h in held if h is not None)}
         if not singles and len(groups) == 1 and all(h is not None for h in held):
@@ -210,9 +213,48 @@ class EpisodeRows:
             for key, h in zip(keys, held, strict=True)
         ]
         if any(s.group is not None for s in sources):
-            _fill(rows, sources)
+            _join(rows, sources, spare)
             self._drop(set(keys))
         return rows
+
+
+def _join(rows: _CacheRows, sources: Sequence[_Source], spare: int) -> None:
+    """Copy each source row (left-padded with masked columns) into the fresh ``rows``, as
+    :func:`~budgetmix.training.prefix_cache._fill` does, into buffers with ``spare`` free
+    columns on the right: the decoding writes its ids there in place (no buffer grown, so
+    no second copy of the batch's cache)."""
+    groups = [s.group for s in sources if s.group is not None]
+    width = max(g.width for g in groups)
+    layers = rows.cache.layers
+    if not all(hasattr(layer, "replace") for layer in layers):  # not the growing layers
+        _fill(rows, sources)
+        return
+    device = rows.device
+    rows.valid = torch.zeros((len(sources), width), dtype=torch.long, device=device)
+    for i, s in enumerate(sources):
+        if s.group is not None:
+            pad = width - s.group.width
+            rows.valid[i, pad:] = s.group.valid[s.row]
+            rows.fed[i] = list(s.group.fed[s.row])
+            rows.cols[i] = [c + pad for c in s.group.cols[s.row]]
+    for index, layer in enumerate(layers):
+        like = groups[0].cache.layers[index]
+        if not like.is_initialized:
+            continue
+        shape = like.keys.shape
+        keys = like.keys.new_empty((len(sources), *shape[1:-2], width + spare, shape[-1]))
+        values = like.values.new_empty((*keys.shape[:-1], like.values.shape[-1]))
+        for i, s in enumerate(sources):
+            w = s.group.width if s.group is not None else 0
+            keys[i, ..., : width - w, :] = 0  # masked, but never garbage: 0 x NaN is NaN
+            values[i, ..., : width - w, :] = 0
+            if s.group is not None:
+                source = s.group.cache.layers[index]
+                keys[i, ..., width - w : width, :] = source.keys[s.row]
+                values[i, ..., width - w : width, :] = source.values[s.row]
+        layer.lazy_initialization(keys, values)
+        layer.buffers, layer.length = (keys, values), width
+        layer.keys, layer.values = keys[..., :width, :], values[..., :width, :]
 
 
 def _decode_rows(
