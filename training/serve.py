@@ -159,10 +159,11 @@ class TrainedPolicyAgent:
         With ``batch_size`` above 1 the agents share one
         :class:`~budgetmix.training.serve_batch.EpisodeBatcher`: up to ``batch_size``
         concurrent episodes are sampled in one forward pass (a turn waits ``flush_s`` at
-        most for the others'), and each acts as a batch-1 agent with the same ``options``
-        would. ``options`` are the constructor's (``temperature``, ``seed``, ...); give
-        ``episode_seeds=True`` for an evaluator's sampled episodes to draw each from its
-        cell's stream (else every fresh agent restarts the same stream: K equal samples).
+        most for the others', and for those being prefilled), and each acts as a batch-1
+        agent with the same ``options`` would. ``options`` are the constructor's
+        (``temperature``, ``seed``, ...); give ``episode_seeds=True`` for an evaluator's
+        sampled episodes to draw each from its cell's stream (else every fresh agent
+        restarts the same stream: K equal samples).
 
         Raises:
             ConfigError: ``batch_size`` below 1, a negative ``flush_s``, or a bad option.
