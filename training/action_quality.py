@@ -41,6 +41,7 @@ __all__ = [
     "measure_error_rate",
     "non_tied",
     "recovery_analysis",
+    "unique_best",
 ]
 
 
@@ -203,8 +204,11 @@ class ErrorRate:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def _unique_best(points: Sequence[DecisionPoint], q: QFunction, tol: float, moves: Sequence[str]
-                 ) -> list[tuple[DecisionPoint, str]]:  # fmt: skip
+def unique_best(
+    points: Sequence[DecisionPoint], q: QFunction, moves: Sequence[str], *, tol: float = 0.01
+) -> list[tuple[DecisionPoint, str]]:
+    """The points where one of ``moves`` is best by more than ``tol`` under ``q``, each with
+    that move: the points an error rate is graded at (a tie or a near-tie has no error)."""
     out = []
     for p in points:
         values = sorted(((q(p, m), m) for m in moves), reverse=True)
@@ -242,7 +246,7 @@ def measure_error_rate(
     index = {id(p): i for i, p in enumerate(points)}
     rate, errors, total, n = 0.0, 0, 0, 0
     for _ in range(iterations):
-        graded = _unique_best(points, q_for(rate), tol, moves)
+        graded = unique_best(points, q_for(rate), moves, tol=tol)
         if not graded:
             raise ConfigError("points: no point has one best move (nothing to grade)")
         errors = sum(d[index[id(p)]] != best for p, best in graded for d in draws)

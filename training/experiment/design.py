@@ -229,11 +229,12 @@ def run_base(
     Everything finished is reused (resume): the base, each RL run, each unit file.
     """
     from budgetmix.training.experiment.analysis import train_summary
-    from budgetmix.training.experiment.run import _Run, _threads
+    from budgetmix.training.experiment.run import ExperimentRun
+    from budgetmix.training.reproducibility import reproducible
 
     cfg = config.with_overrides(seed=base)
-    run = _Run(cfg, out / f"base{base}", progress)
-    with _threads(cfg.threads):
+    run = ExperimentRun(cfg, out / f"base{base}", progress)
+    with reproducible(cfg.threads):
         base_dir = run.train_base()
         if sft_only:
             return

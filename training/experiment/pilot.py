@@ -34,6 +34,8 @@ __all__ = ["PILOT_SEED_BASE", "measured_error_rate", "sft_pilot"]
 
 #: Slip seeds of pilot episodes: above every confirmatory range (run.EVAL_SEED_BASE + 3M).
 PILOT_SEED_BASE = 7_000_000
+#: Moves whose Q differ by at most this are tied (the pilot grades no tied point).
+_TIE = 1e-9
 
 
 def measured_error_rate(
@@ -41,24 +43,26 @@ def measured_error_rate(
 ) -> dict[str, Any]:
     """The share of non-optimal moves at decision points with one optimal move.
 
-    A reply that is none of the moves counts as an error. Returns ``rate``, the
-    number of ``points`` and ``errors``, and a Wilson-free normal 95% interval.
+    The moves the base *took* on its own episodes, graded at the points
+    :func:`~budgetmix.training.action_quality.unique_best` keeps (one best move, by more
+    than 1e-9); :func:`~budgetmix.training.action_quality.measure_error_rate` is the
+    same share from fresh draws at given points. A reply that is none of the moves
+    counts as an error. Returns ``rate``, the number of ``points`` and ``errors``, and
+    a normal 95% interval (it treats the points as independent; points of one episode
+    are not, so it is too narrow).
 
     Raises:
         ConfigError: no decision point has a single optimal move.
     """
-    points = errors = 0
-    for tr in traces:
-        for point, action in zip(tr.points, tr.actions, strict=False):
-            qs = [q(point, m) for m in moves]
-            best = max(qs)
-            optimal = [i for i, v in enumerate(qs) if v >= best - 1e-9]
-            if len(optimal) != 1 or best - min(qs) <= 1e-9:
-                continue
-            points += 1
-            errors += parse(action) != optimal[0]
-    if not points:
+    from budgetmix.training.action_quality import unique_best
+
+    taken = {id(p): a for tr in traces for p, a in zip(tr.points, tr.actions, strict=False)}
+    graded = unique_best([p for tr in traces for p in tr.points if id(p) in taken], q, moves,
+                         tol=_TIE)  # fmt: skip
+    if not graded:
         raise ConfigError("measured_error_rate: no decision point with a single optimal move")
+    points = len(graded)
+    errors = sum(parse(taken[id(p)]) != moves.index(best) for p, best in graded)
     rate = errors / points
     half = 1.96 * math.sqrt(rate * (1 - rate) / points)
     return {
@@ -118,16 +122,16 @@ def sft_pilot(
             budget-dependent.
     """
     from budgetmix.training.experiment.lm import LMPolicy, load_lm_policy
-    from budgetmix.training.experiment.run import _Run, _threads
+    from budgetmix.training.experiment.run import ExperimentRun
+    from budgetmix.training.reproducibility import reproducible
 
     steps = sorted(set(checkpoints))
     if any(not isinstance(k, int) or not 0 < k < config.sft_steps for k in steps):
         raise ConfigError(f"checkpoints: SFT step counts in 1..{config.sft_steps - 1}")
-    run = _Run(config, Path(out_dir), progress)
+    run = ExperimentRun(config, Path(out_dir), progress)
     curve: list[dict[str, Any]] = []
-    with _threads(config.threads):
+    with reproducible(config.threads):
         if steps:
-            from budgetmix.training.reproducibility import reproducible
             from budgetmix.training.trainer import Trainer
 
             tc = run.train_base_config()

@@ -58,7 +58,7 @@ from budgetmix.training.experiment.environments import experiment_env
 from budgetmix.training.recovery_injection import recovery_injection
 from budgetmix.training.reproducibility import reproducible
 
-__all__ = ["ExperimentReport", "run_experiment"]
+__all__ = ["ExperimentReport", "ExperimentRun", "run_experiment"]
 
 #: Slip seeds for evaluation and diagnostics start here (training draws below 10_000).
 EVAL_SEED_BASE = 1_000_000
@@ -138,8 +138,10 @@ def _fraction_key(f: float) -> str:
     return f"{round(f * 100)}%"
 
 
-class _Run:
-    """One experiment: shared state of the stages."""
+class ExperimentRun:
+    """One experiment's shared state: its environment, ceiling, budgets and Q, and the
+    stages that train (``train_base``, ``train_arm``) and evaluate checkpoints under
+    ``out``; the design (:mod:`.design`) and the pilot (:mod:`.pilot`) build on it."""
 
     def __init__(self, config: ExperimentConfig, out: Path, progress: bool) -> None:
         self.cfg, self.out, self.progress = config, out, progress
@@ -153,12 +155,14 @@ class _Run:
         self.timings: dict[str, float] = {}
 
     def timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, its wall time added to ``timings[stage]``."""
         t0 = time.perf_counter()
         result = fn(*args)
         self.timings[stage] = round(self.timings.get(stage, 0.0) + time.perf_counter() - t0, 2)
         return result
 
     def tasks(self, n: int, offset: int = 0) -> list[Task]:
+        """``n`` tasks on slip seeds ``EVAL_SEED_BASE + offset + i``."""
         seeds = range(EVAL_SEED_BASE + offset, EVAL_SEED_BASE + offset + n)
         return env_tasks(self.env.name, seeds, self.env_kwargs)
 
@@ -186,6 +190,7 @@ class _Run:
         return TrainConfig(**{**base, **kw})
 
     def mix_sampler(self) -> dict[str, Any]:
+        """The BudgetMix budget sampler at the design's ceiling and fractions."""
         return {
             "kind": "budgetmix",
             "ceiling": self.ceiling,
@@ -276,6 +281,7 @@ class _Run:
         return ARM_SETTINGS.get(arm, ("shared", "v1-compact"))[1]
 
     def policy(self, path: Path, seed: int = 0) -> Policy:
+        """The saved model at ``path`` as a sampling policy (seeded by the run and ``seed``)."""
         from budgetmix.training.experiment.lm import load_lm_policy
 
         policy, model, _ = load_lm_policy(path, seed=self.cfg.seed * 7919 + seed)
@@ -313,6 +319,7 @@ class _Run:
         return traces, validation
 
     def oracle_curves(self) -> dict[str, Any]:
+        """Exact success of the aware optimum and the blind demonstrator per design budget."""
         aware, blind = self.env.curves(max(self.budgets.values()))
         return {
             "aware": {k: float(aware[t]) for k, t in self.budgets.items()},
@@ -409,7 +416,7 @@ class _Run:
         }
 
 
-def _train(run: _Run) -> tuple[dict[str, list[Path]], dict[str, Any]]:
+def _train(run: ExperimentRun) -> tuple[dict[str, list[Path]], dict[str, Any]]:
     """The SFT base (or the configured one), then every RL arm per seed from it."""
     config = run.cfg
     base = (
@@ -443,7 +450,7 @@ def run_experiment(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run = _Run(config, out, progress)
+    run = ExperimentRun(config, out, progress)
     with _threads(config.threads):
         _say(
             progress,
