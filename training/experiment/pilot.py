@@ -121,7 +121,7 @@ def sft_pilot(
         ConfigError: an invalid config or checkpoint, or a start state that is not
             budget-dependent.
     """
-    from budgetmix.training.experiment.lm import LMPolicy, load_lm_policy
+    from budgetmix.training.experiment.lm import load_lm_policy
     from budgetmix.training.experiment.run import ExperimentRun
     from budgetmix.training.reproducibility import reproducible
 
@@ -132,20 +132,7 @@ def sft_pilot(
     curve: list[dict[str, Any]] = []
     with reproducible(config.threads):
         if steps:
-            from budgetmix.training.trainer import Trainer
-
-            tc = run.train_base_config()
-            with reproducible(config.threads, seed=tc.seed):  # as trainer.train starts a run
-                trainer = Trainer(tc)
-            trainer.log.path.unlink(missing_ok=True)  # a fresh run starts a fresh log
-            for k in steps:
-                run.timed("sft_base", partial(trainer.run, stop_after=k))
-                lm = LMPolicy(trainer.policy, trainer.tokenizer, seed=_policy_seed(config))
-                curve.append({"sft_steps": k, **run.timed("measure", _measure, run, lm, episodes)})
-                trainer.model.train()
-            result = run.timed("sft_base", trainer.run)
-            assert result.final_model_dir is not None
-            base = result.final_model_dir
+            base = _train_measuring(run, steps, episodes, curve)
         else:
             base = run.timed("sft_base", run.train_base)
         policy = load_lm_policy(base, seed=_policy_seed(config))[0]
@@ -160,3 +147,27 @@ def sft_pilot(
         "curve": [*curve, {"sft_steps": config.sft_steps, **last}],
         "timings": run.timings,
     }
+
+
+def _train_measuring(
+    run: Any, steps: Sequence[int], episodes: int, curve: list[dict[str, Any]]
+) -> Path:
+    """Train ``run``'s SFT base (``run`` an ``ExperimentRun``) in one run, measuring it
+    after each of ``steps`` (appended to ``curve``); the final model's directory."""
+    from budgetmix.training.experiment.lm import LMPolicy
+    from budgetmix.training.reproducibility import reproducible
+    from budgetmix.training.trainer import Trainer
+
+    config = run.cfg
+    tc = run.train_base_config()
+    with reproducible(config.threads, seed=tc.seed):  # as trainer.train starts a run
+        trainer = Trainer(tc)
+    trainer.log.path.unlink(missing_ok=True)  # a fresh run starts a fresh log
+    for k in steps:
+        run.timed("sft_base", partial(trainer.run, stop_after=k))
+        lm = LMPolicy(trainer.policy, trainer.tokenizer, seed=_policy_seed(config))
+        curve.append({"sft_steps": k, **run.timed("measure", _measure, run, lm, episodes)})
+        trainer.model.train()
+    result = run.timed("sft_base", trainer.run)
+    assert result.final_model_dir is not None
+    return Path(result.final_model_dir)
