@@ -25,11 +25,24 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 ENV["PYTHONWARNINGS"] = "ignore"  # a library's warning is not the command's account
 
 
+def _default_sigint() -> None:
+    # As a terminal starts a command. A suite launched in the background (`cmd &` in a
+    # script) has SIGINT ignored, which its children inherit: Python then installs no
+    # KeyboardInterrupt handler, and the command rightly goes on.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(words: list[str], cwd: Path) -> subprocess.Popen[str]:
     assert words[0] == "budgetmix"
     argv = [sys.executable, "-m", "budgetmix.cli", *words[1:]]
     return subprocess.Popen(
-        argv, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv,
+        cwd=cwd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
     )
 
 
