@@ -194,10 +194,10 @@ def test_checkpoint_metadata_holds_no_key(tmp_path: Path) -> None:
 
 def test_recordings_hold_no_key(tmp_path: Path) -> None:
     from budgetmix.adapters.base import ChatMessage
-    from budgetmix.training.recordings import EpisodeRecord, read_episodes, write_episodes
+    from budgetmix.training.recordings import RecordedEpisode, read_episodes, write_episodes
 
     key = KEYS["anthropic"]
-    record = EpisodeRecord(
+    record = RecordedEpisode(
         messages=(
             ChatMessage(role="user", content="my key is token%3D" + key),
             ChatMessage(role="assistant", content="ok"),
