@@ -20,6 +20,7 @@ import torch
 from budgetmix.environment import Environment
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
+from budgetmix.training.envs.demo import DemoReply
 from budgetmix.training.sampler import Generation, KVCacheSampler, SamplingRule, stop_token_ids
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DemoAgent",
+    "DemoReply",
     "Generation",
     "GenerationRequest",
     "ModelGenerator",
@@ -67,8 +69,9 @@ class TokenGenerator(Protocol):
 
 #: A scripted agent: the request (live environment, latest message, ledger state, chat so
 #: far) -> its reply: the action text, or an assistant message (``content`` and
-#: ``tool_calls`` with ``{"function": {"name", "arguments": <dict>}}`` entries).
-DemoAgent = Callable[[GenerationRequest], "str | Mapping[str, Any]"]
+#: ``tool_calls`` with ``{"function": {"name", "arguments": <dict>}}`` entries), either
+#: bare or in a :class:`DemoReply`.
+DemoAgent = Callable[[GenerationRequest], "str | Mapping[str, Any] | DemoReply"]
 
 
 class ScriptedGenerator:
@@ -90,8 +93,13 @@ class ScriptedGenerator:
             self.codec.eos_token_id if self.codec is not None else int(codec.eos_token_id)
         )
 
-    def _reply_ids(self, req: GenerationRequest) -> list[int]:
-        reply = self.agent(req)
+    def _reply_ids(self, req: GenerationRequest) -> tuple[list[int], bool]:
+        said = self.agent(req)
+        if isinstance(said, DemoReply):
+            return self._ids(req, said.reply), said.imitate
+        return self._ids(req, said), True
+
+    def _ids(self, req: GenerationRequest, reply: str | Mapping[str, Any]) -> list[int]:
         if self.codec is not None:
             row = {"role": "assistant", "content": reply} if isinstance(reply, str) else reply
             return self.codec.reply_ids(req.messages, row, req.tools)
@@ -105,13 +113,14 @@ class ScriptedGenerator:
         self, requests: Sequence[GenerationRequest], max_new_tokens: int
     ) -> list[Generation]:
         """The agent's reply for each request as ids ending with the stop id; cut at
-        ``max_new_tokens`` ids (then not ``stopped``)."""
+        ``max_new_tokens`` ids (then not ``stopped``); a :class:`DemoReply`'s ``imitate``
+        is kept."""
         out = []
         for req in requests:
-            ids = self._reply_ids(req)
+            ids, imitate = self._reply_ids(req)
             stopped = len(ids) <= max_new_tokens
             ids = ids[:max_new_tokens]
-            out.append(Generation(tuple(ids), (0.0,) * len(ids), stopped))
+            out.append(Generation(tuple(ids), (0.0,) * len(ids), stopped, imitate))
         return out
 
 

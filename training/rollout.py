@@ -120,7 +120,8 @@ class Rollout:
 
     ``response_ids`` holds everything after the opening prompt: sampled ids
     and environment-message ids interleaved; ``response_mask`` is 1 exactly on
-    sampled ids; ``logprobs`` holds the sampler's log-prob of each sampled id
+    sampled ids (a scripted demonstrator's injected error, ``imitate=False``, is 0:
+    executed, not learned); ``logprobs`` holds the sampler's log-prob of each sampled id
     (0.0 elsewhere). ``messages`` is the chat (OpenAI-style rows, notices in the
     observations). With a token check, ``drifts`` lists what differs from a full
     re-render and ``drift`` is the first fatal one, else the first.
@@ -238,7 +239,7 @@ def run_rollouts(
             active, generator.generate(requests, settings.max_new_tokens), strict=True
         ):
             ep.ids.extend(gen.ids)
-            ep.mask.extend([1] * len(gen.ids))
+            ep.mask.extend([int(gen.imitate)] * len(gen.ids))
             ep.logprobs.extend(gen.logprobs)
             _advance(ep, gen.ids, gen.stopped, codec, settings)
     return [_finish(ep, codec, settings) for ep in episodes]

@@ -47,11 +47,17 @@ _COMPACT_SLACK = 64
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """Sampled ids (including the stop id when ``stopped``) and one log-prob per id."""
+    """Sampled ids (including the stop id when ``stopped``) and one log-prob per id.
+
+    ``imitate`` is False for a scripted demonstrator's injected error: the reply is
+    executed (the episode goes on from where it leads) but the loss does not learn
+    it (its ids are 0 in the rollout's ``response_mask``).
+    """
 
     ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     stopped: bool
+    imitate: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.diagnostics import (
@@ -87,3 +89,26 @@ def test_a_pilot_measured_along_the_way_trains_the_same_base() -> None:
     assert "curve" in plain and len(plain["curve"]) == 1
     with pytest.raises(ConfigError, match="checkpoints"):
         sft_pilot(cfg, "unused", checkpoints=(3,))
+
+
+def test_the_design_command_runs_a_pilot_with_overrides(tmp_path: Any, capsys: Any) -> None:
+    """``design --pilot SEED --set K=V``: the pilot on the overridden preset, in pilot.json."""
+    import json
+
+    from budgetmix.training.experiment.design import main
+
+    pytest.importorskip("torch")
+    sets = ["threads=1", "sft_steps=3", "sft_batch=2", "hidden_size=16",
+            'env_kwargs={"hops": 2, "fault_p": 0.2, "guess_p": 0.3}']  # fmt: skip
+    argv = [a for s in sets for a in ("--set", s)]
+    assert main([*argv, "--out", str(tmp_path), "--pilot", "104", "--checkpoints", "2",
+                 "--episodes", "2"]) == 0  # fmt: skip
+    result = json.loads((tmp_path / "pilot.json").read_text())
+    assert result["config"]["seed"] == 104 and result["config"]["sft_steps"] == 3
+    assert result["config"]["env_kwargs"]["hops"] == 2
+    assert result["config"]["sft_labels"] == "optimal"  # the confirm preset's recipe
+    assert [c["sft_steps"] for c in result["curve"]] == [2, 3]
+    assert result["gate"]["error_rate"] == result["error_rate"]["rate"]
+    assert "sft steps 3: sensitivity" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="--set: expected KEY=VALUE"):
+        main(["--set", "sft_steps", "--out", str(tmp_path), "--pilot", "104"])

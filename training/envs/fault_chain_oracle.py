@@ -42,9 +42,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from budgetmix._validate import check_between, check_int
+from budgetmix._validate import check_between, check_choice, check_int
 from budgetmix.environment import unwrap
 from budgetmix.exceptions import ConfigError
+from budgetmix.training.envs.demo import DemoReply
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,6 +56,7 @@ __all__ = [
     "BROKEN",
     "CHAIN_DEMO_OPTIONS",
     "CHAIN_MOVES",
+    "DEMO_LABELS",
     "HELD",
     "OK",
     "ChainDemonstrator",
@@ -257,10 +259,20 @@ def chain_q(
     return q
 
 
+#: What SFT learns from the demonstrator: every move made, or only its optimal ones.
+DEMO_LABELS = ("taken", "optimal")
+
+
 class ChainDemonstrator:
     """The SFT demonstrator of ``fault-chain-compact``: the optimum for an agent erring at
     ``error_rate`` (or at ``plan_error_rate`` when given), executed with ``error_rate``
     (a random other move).
+
+    ``labels``: ``"taken"`` (SFT learns every move made, errors included) or
+    ``"optimal"`` (the errors are executed, so the episodes reach the states they
+    lead to, but returned as :class:`~budgetmix.training.envs.demo.DemoReply` with
+    ``imitate=False``: SFT learns only the optimum's moves, clean labels on noisy
+    states).
 
     Budget-aware: ``argmax Q[turns_left][state]`` of that optimum. Budget-blind
     (``budget_blind``): the exact best blind policy over the BudgetMix prior at
@@ -271,8 +283,8 @@ class ChainDemonstrator:
     through :meth:`move`.
 
     Raises:
-        ConfigError: ``error_rate`` outside ``[0, 1]``; when called, an environment
-            without a :class:`ChainModel`.
+        ConfigError: ``error_rate`` outside ``[0, 1]``, ``labels`` not one of
+            :data:`DEMO_LABELS`; when called, an environment without a :class:`ChainModel`.
     """
 
     def __init__(
@@ -284,8 +296,10 @@ class ChainDemonstrator:
         ceiling: int | None = None,
         fractions: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
         plan_error_rate: float | None = None,
+        labels: str = "taken",
     ) -> None:
         check_between("error_rate", error_rate, 0, 1)
+        self.labels = check_choice("labels", labels, DEMO_LABELS)
         self.error_rate, self.budget_blind = error_rate, budget_blind
         self.plan = error_rate if plan_error_rate is None else plan_error_rate
         check_between("plan_error_rate", self.plan, 0, 1)
@@ -319,13 +333,20 @@ class ChainDemonstrator:
 
     def move(self, model: ChainModel, state: tuple[int, int], turns_left: int, used: int) -> str:
         """The (possibly wrong) move letter."""
-        best = self.best(model, state, turns_left, used)
-        if self.error_rate and self.rng.random() < self.error_rate:
-            best = self.rng.choice([a for a in range(len(CHAIN_MOVES)) if a != best])
-        return CHAIN_MOVES[best]
+        return CHAIN_MOVES[self._draw(model, state, turns_left, used)[1]]
 
-    def __call__(self, request: Any) -> str:
-        """The move for the live environment of ``request`` and its ledger's turns."""
+    def _draw(
+        self, model: ChainModel, state: tuple[int, int], turns_left: int, used: int
+    ) -> tuple[int, int]:
+        """The optimal action id and the one taken (a random other one at ``error_rate``)."""
+        best = taken = self.best(model, state, turns_left, used)
+        if self.error_rate and self.rng.random() < self.error_rate:
+            taken = self.rng.choice([a for a in range(len(CHAIN_MOVES)) if a != best])
+        return best, taken
+
+    def __call__(self, request: Any) -> str | DemoReply:
+        """The move for the live environment of ``request`` and its ledger's turns (with
+        ``labels="optimal"``, in a :class:`DemoReply` that says whether SFT learns it)."""
         inner = unwrap(request.env)
         model, state = getattr(inner, "model", None), getattr(inner, "state", None)
         if not isinstance(model, ChainModel) or not isinstance(state, tuple):
@@ -333,21 +354,26 @@ class ChainDemonstrator:
                 f"env: ChainDemonstrator needs fault-chain-compact, got {request.env.name!r}"
             )
         ledger = request.state
-        return self.move(model, state, ledger.turns_remaining, ledger.turn_number - 1)
+        best, taken = self._draw(model, state, ledger.turns_remaining, ledger.turn_number - 1)
+        if self.labels == "taken":
+            return CHAIN_MOVES[taken]
+        return DemoReply(CHAIN_MOVES[taken], imitate=taken == best)
 
 
 #: The environment keywords only the demonstrator reads (the registry drops them).
-CHAIN_DEMO_OPTIONS = frozenset({"demo_budget_aware", "demo_ceiling", "demo_gamma"})
+CHAIN_DEMO_OPTIONS = frozenset({"demo_budget_aware", "demo_ceiling", "demo_gamma", "demo_labels"})
 
 
 def chain_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> ChainDemonstrator:
     """The registry's demonstrator factory: budget-blind unless ``demo_budget_aware``;
     ``demo_ceiling`` fixes the blind prior's ceiling (default: the ceiling at the
-    error rate); ``demo_gamma`` is accepted for the experiment presets and unused."""
+    error rate); ``demo_labels`` is :class:`ChainDemonstrator`'s ``labels`` (default
+    ``"taken"``); ``demo_gamma`` is accepted for the experiment presets and unused."""
     ceiling = kwargs.get("demo_ceiling")
     return ChainDemonstrator(
         error_rate,
         f"chain-demo:{seed}",
         budget_blind=not kwargs.get("demo_budget_aware", False),
         ceiling=None if ceiling is None else int(ceiling),
+        labels=kwargs.get("demo_labels", "taken"),
     )

@@ -55,7 +55,7 @@ __all__ = [
 #: The BudgetMix fractions of the ceiling (the experiments' budgets).
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 #: Keyword arguments only the SFT demonstrator reads (ignored by the exact models).
-_DEMO_OPTIONS = frozenset({"demo_gamma", "demo_budget_aware", "demo_ceiling"})
+_DEMO_OPTIONS = frozenset({"demo_gamma", "demo_budget_aware", "demo_ceiling", "demo_labels"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,9 +286,7 @@ def voi_table(
         VoIRow(f, b, float(v[b, noisy.start]), float(blind.curve[b]))
         for f, b in zip(mix.fractions, budgets, strict=True)
     )
-    return VoITable(
-        env, label, error_rate, ceiling, ceiling_rule, blind.weights, rows, blind.mean
-    )
+    return VoITable(env, label, error_rate, ceiling, ceiling_rule, blind.weights, rows, blind.mean)
 
 
 def env_voi(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from budgetmix._validate import check_between, check_int, check_list, check_number
+from budgetmix._validate import check_between, check_choice, check_int, check_list, check_number
 from budgetmix.exceptions import ConfigError
 
 __all__ = [
@@ -92,7 +92,9 @@ class ExperimentConfig:
     reaches 90% of its no-limit success). Base: ``sft_steps`` of SFT on a
     demonstrator that errs at ``sft_error_rate`` (a random other move): the
     budget-aware optimum (``demo_budget_aware``) or the stationary budget-blind
-    policy for discount ``demo_gamma``. RL per arm in ``methods`` (see
+    policy for discount ``demo_gamma``; ``sft_labels`` ``"taken"`` learns every move
+    the demonstrator made, ``"optimal"`` only its optimal ones (its errors are executed,
+    not learned; ``fault-chain-compact`` only). RL per arm in ``methods`` (see
     :data:`ARM_SETTINGS`) and training seed: GRPO groups of ``groups_per_step`` x
     ``group_size`` rollouts until ``token_budget`` tokens are sampled (the
     stopping rule, the same for every arm; ``rl_steps`` caps the steps), lr ``lr``
@@ -126,6 +128,7 @@ class ExperimentConfig:
     sft_steps: int = 200
     sft_batch: int = 16
     sft_error_rate: float = 0.3
+    sft_labels: str = "taken"
     demo_budget_aware: bool = True
     demo_gamma: float = 0.99
     sft_lr: float = 3e-3
@@ -165,6 +168,7 @@ class ExperimentConfig:
         check_number(f"{own}.kl_coef", self.kl_coef)
         if not isinstance(self.demo_budget_aware, bool):
             raise ConfigError(f"{own}.demo_budget_aware: must be true or false")
+        check_choice(f"{own}.sft_labels", self.sft_labels, ("taken", "optimal"))
         for name in ("desc", "methods", "budget_fractions", "eval_fractions", "pass_ks"):
             object.__setattr__(self, name, tuple(check_list(f"{own}.{name}", getattr(self, name))))
         unknown = sorted(set(self.methods) - set(METHODS))
@@ -217,8 +221,14 @@ class ExperimentConfig:
             raise ConfigError(f"ExperimentConfig.desc: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """JSON-ready form. A field added after runs were fingerprinted is left out while it
+        holds the value that reproduces those runs (:data:`_ADDED_LATER`), so their config
+        hashes stay valid."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in asdict(self).items()
+            if k not in _ADDED_LATER or v != _ADDED_LATER[k]
+        }
 
     def with_overrides(self, **overrides: Any) -> ExperimentConfig:
         """A validated copy with some fields changed.
@@ -233,6 +243,9 @@ class ExperimentConfig:
         return replace(self, **overrides)
 
 
+#: Fields added after runs were fingerprinted, with the value every earlier run had.
+_ADDED_LATER: dict[str, Any] = {"sft_labels": "taken"}
+
 #: Issue 29's environment as the confirmatory design runs it (docs/prereg.md, *Issue 29*).
 CHAIN_ENV: dict[str, Any] = {
     "env": "fault-chain-compact",
@@ -245,6 +258,8 @@ CHAIN_ENV: dict[str, Any] = {
 #: every RL run takes exactly ``rl_steps`` updates (the token cap never binds).
 CONFIRM: dict[str, Any] = {
     **CHAIN_ENV,
+    "sft_steps": 1000,  # amendment 14:15 UTC 2026-12-02: clean labels, 1000 steps
+    "sft_labels": "optimal",
     "seeds": 4,
     "rl_steps": 30,
     "groups_per_step": 2,

@@ -373,12 +373,55 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, each VALUE JSON (a bare word is a string).
+
+    Raises:
+        ConfigError: a pair without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def _pilot(config: ExperimentConfig, out: Path, seed: int, args: Any) -> int:
+    """The SFT-only pilot on pilot seed ``seed`` (no RL): ``out/pilot.json``."""
+    from budgetmix.training.experiment.pilot import sft_pilot
+
+    steps = tuple(int(x) for x in args.checkpoints.split(",") if x)
+    result = sft_pilot(
+        config.with_overrides(seed=seed), out, episodes=args.episodes, checkpoints=steps
+    )
+    result["gate"] = gate_verdict(config, result["error_rate"]["rate"])
+    (out / "pilot.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    for row in result["curve"]:
+        sens, err = row["sensitivity"], row["error_rate"]
+        print(
+            f"sft steps {row['sft_steps']}: sensitivity {sens['sensitivity']:+.2f} "
+            f"(noise floor {sens['noise_floor']:.2f}), error rate "
+            f"{err['rate']:.3f} [{err['lo']:.3f}, {err['hi']:.3f}]"
+        )
+    print(f"gate at the final rate: {'passes' if result['gate']['passed'] else 'refuses'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m budgetmix.training.experiment.design``: run or combine the design."""
+    """``python -m budgetmix.training.experiment.design``: run, pilot or combine the design."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m budgetmix.training.experiment.design")
     p.add_argument("--preset", default="confirm", help="experiment preset (default: confirm)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=JSON",
+        help="override a preset field (repeatable), e.g. --set sft_steps=600",
+    )  # fmt: skip
     p.add_argument("--out", required=True, help="output folder (resumable)")
     p.add_argument("--error-rate", type=float, help="the pilot's measured error rate (the gate)")
     p.add_argument("--bases", type=int, default=2)
@@ -386,9 +429,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", default=None, help="comma-separated training seeds (default: all)")
     p.add_argument("--sft-only", action="store_true", help="train the base's SFT only (no RL)")
     p.add_argument("--combine", action="store_true", help="only combine what is evaluated")
+    p.add_argument(
+        "--pilot", type=int, metavar="SEED",
+        help="run the SFT-only pilot on this pilot SFT seed (no RL): pilot.json",
+    )  # fmt: skip
+    p.add_argument("--checkpoints", default="", help="pilot: SFT step counts also measured")
+    p.add_argument("--episodes", type=int, default=32, help="pilot: episodes per value/budget")
     args = p.parse_args(argv)
-    config = experiment_preset(args.preset)
+    config = experiment_preset(args.preset, **_overrides(args.set))
     out = Path(args.out)
+    if args.pilot is not None:
+        return _pilot(config, out, args.pilot, args)
     if args.sft_only:
         for b in range(args.bases) if args.base is None else (args.base,):
             run_base(config, out, b, sft_only=True)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from budgetmix.exceptions import ConfigError
 from budgetmix.training.diagnostics import QFunction, frozenlake_q
 from budgetmix.training.envs.fault_chain_compact import CHAIN_ENV_NAME
 from budgetmix.training.envs.faulty_tools_compact import TOOLS_COMPACT_ENV_NAME
@@ -208,6 +209,7 @@ def _chain(config: ExperimentConfig) -> ExperimentEnv:
             "demo_gamma": config.demo_gamma,
             "demo_budget_aware": config.demo_budget_aware,
             "demo_ceiling": ceiling,
+            "demo_labels": config.sft_labels,
         },
         label=(
             f"{model.hops}-link chain with repairs, fault_p {model.fault_p}, guess_p "
@@ -228,8 +230,14 @@ def experiment_env(config: ExperimentConfig) -> ExperimentEnv:
     """The environment ``config.env`` names, with its exact model.
 
     Raises:
-        ConfigError: an invalid map or environment keyword (the message names it).
+        ConfigError: an invalid map or environment keyword (the message names it), or
+            ``sft_labels="optimal"`` for an environment whose demonstrator has no such labels.
     """
     if config.env == CHAIN_ENV_NAME:
         return _chain(config)
+    if config.sft_labels != "taken":
+        raise ConfigError(
+            f"ExperimentConfig.sft_labels: 'optimal' needs {CHAIN_ENV_NAME!r}'s demonstrator; "
+            f"{config.env!r} learns the moves taken (sft_labels 'taken')"
+        )
     return _tools(config) if config.env == TOOLS_COMPACT_ENV_NAME else _frozenlake(config)

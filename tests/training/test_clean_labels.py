@@ -1,0 +1,101 @@
+"""Clean labels on noisy states: a demonstrator's injected errors are executed, not learned."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from budgetmix.exceptions import ConfigError
+from budgetmix.policies.samplers import FixedBudget
+from budgetmix.training.chat import ChatCodec
+from budgetmix.training.envs import env_spec, env_tasks, make_env
+from budgetmix.training.envs.demo import DemoReply
+from budgetmix.training.envs.fault_chain_oracle import CHAIN_MOVES, OK
+from budgetmix.training.experiment.config import ExperimentConfig
+from budgetmix.training.experiment.environments import experiment_env
+from budgetmix.training.generation import GenerationRequest, ScriptedGenerator
+from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.toy import echo_agent
+
+SETTINGS = RolloutSettings(notice_format="v1", token_check="strict")
+
+
+class _Marking:
+    """The echo agent, its replies wrapped: every second turn is marked not to imitate."""
+
+    def __init__(self) -> None:
+        self.inner = echo_agent(error_rate=0.3, seed=1)
+        self.turns = 0
+
+    def __call__(self, request: GenerationRequest) -> DemoReply:
+        self.turns += 1
+        return DemoReply(self.inner(request), imitate=self.turns % 2 == 0)
+
+
+def _specs(n: int, turns: int) -> list[EpisodeSpec]:
+    draw = FixedBudget(turns).sample(random.Random(0))
+    return [EpisodeSpec(task=t, budget=draw, group=i)
+            for i, t in enumerate(env_tasks("echo", range(n), {}))]  # fmt: skip
+
+
+def test_a_reply_marked_not_to_imitate_is_executed_but_masked_out(tokenizer: Any) -> None:
+    codec = ChatCodec(tokenizer)
+    plain = run_rollouts(_specs(1, 6), ScriptedGenerator(echo_agent(0.3, 1), tokenizer),
+                         codec, SETTINGS)  # fmt: skip
+    marked = run_rollouts(_specs(1, 6), ScriptedGenerator(_Marking(), tokenizer), codec, SETTINGS)
+    (a,), (b,) = plain, marked
+    assert a.response_ids == b.response_ids and a.steps == b.steps  # the same episode
+    assert b.num_turns >= 2
+    eos = tokenizer.eos_token_id
+    learned: list[int] = []
+    for k, step in enumerate(b.steps, start=1):  # odd turns are marked out
+        if k % 2 == 0:
+            learned += [*tokenizer.encode(step.action, add_special_tokens=False), eos]
+    kept = [t for t, m in zip(b.response_ids, b.response_mask, strict=True) if m]
+    assert kept == learned
+    assert sum(a.response_mask) > sum(b.response_mask) > 0
+
+
+def _request(env: Any, left: int, used: int) -> Any:
+    state = type("S", (), {"turns_remaining": left, "turn_number": used + 1})()
+    return type("R", (), {"env": env, "state": state})()
+
+
+@pytest.mark.parametrize("labels", ["taken", "optimal"])
+def test_the_chain_demonstrator_marks_exactly_its_errors(labels: str) -> None:
+    kwargs = {"hops": 4, "demo_budget_aware": True, "demo_ceiling": 11, "demo_labels": labels}
+    agent: Any = env_spec("fault-chain-compact").make_demo_agent(kwargs, 0.3, 5)
+    env = make_env("fault-chain-compact", hops=4)
+    env.reset(0)
+    n, wrong, marked = 3000, 0, 0
+    for i in range(n):
+        left = 2 + i % 9
+        best = CHAIN_MOVES[agent.best(env.model, (0, OK), left, 0)]
+        reply = agent(_request(env, left, 0))
+        if labels == "taken":
+            assert isinstance(reply, str)
+            wrong += reply != best
+            continue
+        assert isinstance(reply, DemoReply)
+        wrong += reply.reply != best
+        marked += not reply.imitate
+        assert reply.imitate == (reply.reply == best)
+    assert abs(wrong / n - 0.3) < 0.04  # errs at its rate either way
+    assert marked == (wrong if labels == "optimal" else 0)
+
+
+def test_the_experiment_passes_its_labels_to_the_chain_demonstrator_only() -> None:
+    chain = {"env": "fault-chain-compact", "env_kwargs": {"hops": 4}, "sft_error_rate": 0.2}
+    env = experiment_env(ExperimentConfig(**chain, sft_labels="optimal"))
+    assert env.kwargs["demo_labels"] == "optimal"
+    assert experiment_env(ExperimentConfig(**chain)).kwargs["demo_labels"] == "taken"
+    with pytest.raises(ConfigError, match="sft_labels: 'optimal' needs 'fault-chain-compact'"):
+        experiment_env(ExperimentConfig(sft_labels="optimal"))
+    with pytest.raises(ConfigError, match="sft_labels must be one of 'taken', 'optimal'"):
+        ExperimentConfig(sft_labels="clean")
+
+
+def test_the_default_labels_leave_earlier_config_hashes_unchanged() -> None:
+    assert "sft_labels" not in ExperimentConfig().to_dict()  # the demo's fingerprint holds
+    assert ExperimentConfig(sft_labels="optimal").to_dict()["sft_labels"] == "optimal"
