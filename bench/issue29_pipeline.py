@@ -1,4 +1,4 @@
-"""Issue 29's preregistered run, unattended (docs/prereg.md, amendment 13:40 UTC 2026-12-02).
+"""Issue 29's preregistered run, unattended (docs/prereg.md, amendment 13:35 UTC 2026-12-02).
 
 1. Two SFT-only pilots in parallel, on pilot seeds: 104 on the design's 6-link chain
    and 105 on a 4-link chain (a second threshold), each 1000 SFT steps, measured at

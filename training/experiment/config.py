@@ -258,7 +258,7 @@ CHAIN_ENV: dict[str, Any] = {
 #: every RL run takes exactly ``rl_steps`` updates (the token cap never binds).
 CONFIRM: dict[str, Any] = {
     **CHAIN_ENV,
-    "sft_steps": 1000,  # prereg amendment 13:40 UTC 2026-12-02: clean labels
+    "sft_steps": 1000,  # prereg amendment 13:35 UTC 2026-12-02: clean labels
     "sft_labels": "optimal",
     "seeds": 4,
     "rl_steps": 30,
