@@ -75,7 +75,7 @@ def check_trained_grace(model: object, exhaustion: str) -> None:
     """Refuse a grace turn for a model trained without one.
 
     A model whose ``trained_grace_turn`` is ``False`` (what
-    :func:`budgetmix.training.serve.chat_model` sets for a checkpoint the trainer wrote:
+    :func:`budgetmix.training.serving.serve.chat_model` sets for a checkpoint the trainer wrote:
     training rollouts end at the budget, with no grace turn) never saw a grace turn's
     request; ``None`` (or no such attribute) skips the check.
 
@@ -95,7 +95,7 @@ def check_trained_notice(model: object, notice: NoticePolicy) -> None:
     """Refuse to deploy a model with a notice layout other than the one it was trained on.
 
     A model that declares ``trained_notice`` (a notice policy: what
-    :func:`budgetmix.training.serve.chat_model` sets from the checkpoint's
+    :func:`budgetmix.training.serving.serve.chat_model` sets from the checkpoint's
     ``training_env.json``) must run under a controller whose notice policy has the same
     placement and format (which turns get a notice may differ). ``trained_notice = None``
     (or no such attribute) skips the check: set it so to deploy otherwise on purpose.
@@ -115,6 +115,6 @@ def check_trained_notice(model: object, notice: NoticePolicy) -> None:
             f"{want[0]!r} in format {want[1]!r}, but the controller's notice policy places "
             f"them {have[0]!r} in format {have[1]!r}; give the controller "
             f"notice=NotifyEveryTurn(format={want[1]!r}, placement={want[0]!r}) "
-            "(budgetmix.training.serve.deployment_notice(DIR)), or set "
+            "(budgetmix.training.serving.serve.deployment_notice(DIR)), or set "
             "model.trained_notice = None to deploy it otherwise on purpose (docs/layout.md)"
         )

@@ -2,7 +2,7 @@
 
 :class:`ChatTemplate` is the one renderer of a local model's conversation, used
 by :class:`~budgetmix.adapters.local.LocalChatModel` at deployment and by the
-training rollouts (:mod:`budgetmix.training.chat`), so a model is trained on
+training rollouts (:mod:`budgetmix.training.rollouts.chat`), so a model is trained on
 the tokens it is deployed on (docs/layout.md). It
 
 * renders OpenAI-style chat messages (``{"role", "content"}``; assistant

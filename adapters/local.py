@@ -181,7 +181,7 @@ class LocalChatModel(ChatModelBase[str, _Generated]):
             implies; ``ChatTemplate``).
 
     ``trained_notice`` (``None`` here) is the notice policy the model was trained with;
-    :func:`budgetmix.training.serve.chat_model` sets it from the checkpoint, and
+    :func:`budgetmix.training.serving.serve.chat_model` sets it from the checkpoint, and
     ``run_agent`` then refuses a controller whose notice placement or format differs.
     ``trained_grace_turn`` (``None`` here; ``False`` for a checkpoint trained without a
     grace turn) makes ``run_agent`` refuse a controller that grants one.

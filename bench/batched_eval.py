@@ -4,7 +4,7 @@
     .venv/bin/python bench/batched_eval.py --quick   (smoke run)
 
 Setup: a tiny llama (``--hidden`` wide, ``--layers`` deep, the tests' char tokenizer,
-seeded weights) served by :class:`~budgetmix.training.serve.TrainedPolicyAgent` on a
+seeded weights) served by :class:`~budgetmix.training.serving.serve.TrainedPolicyAgent` on a
 Pass@(K,T) grid of non-slippery FrozenLake tasks (4x4 and 8x8 maps, ``--tasks`` tasks,
 budgets 4 and 8, K = 2, notices ``v1-compact``, at most ``--tokens`` sampled ids per turn,
 sampled at temperature 1) by the real :class:`~budgetmix.evaluation.Evaluator` with
@@ -13,7 +13,7 @@ sampled at temperature 1) by the real :class:`~budgetmix.evaluation.Evaluator` w
 * ``batch 1``: ``TrainedPolicyAgent.factory(batch_size=1)``, each episode sampled in its
   own forward passes (``budgetmix eval --agent checkpoint``'s default);
 * ``batched``: ``TrainedPolicyAgent.factory(batch_size=concurrency)``, the concurrent
-  episodes' turns sampled together (:mod:`budgetmix.training.serve_batch`; ``--batch-size
+  episodes' turns sampled together (:mod:`budgetmix.training.serving.serve_batch`; ``--batch-size
   N``): each turn's long new ids prefilled in its episode's thread, the decoding batched.
 
 Both with ``episode_seeds=True``, as the CLI: each episode samples its cell's stream.
@@ -47,8 +47,8 @@ PATHS = ("batch 1", "batched")
 
 
 def _model(args: argparse.Namespace) -> tuple[Any, Any]:
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     spec = TinyModelSpec(
@@ -79,7 +79,7 @@ def _tasks(n: int) -> list[Any]:
 def _grid(model: Any, tokenizer: Any, args: argparse.Namespace, batch: int, out: Path) -> Any:
     """One grid: (seconds, CPU seconds, sampled ids, every episode's ids, batch sizes)."""
     from budgetmix.evaluation import EvalConfig, Evaluator
-    from budgetmix.training.serve import TrainedPolicyAgent
+    from budgetmix.training.serving.serve import TrainedPolicyAgent
 
     sampled: list[int] = []
     episodes: dict[tuple[int, int | None], tuple[int, ...]] = {}

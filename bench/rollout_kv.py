@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budgetmix.training.generation import ModelGenerator
-from budgetmix.training.models import TinyModelSpec, build_tiny_model
-from budgetmix.training.tokenizer import build_char_tokenizer
+from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.rollouts.generation import ModelGenerator
+from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
 PATHS = ("cached", "re-read")
 

@@ -10,12 +10,12 @@ until n is even, then reply) so episodes are multi-turn tool calls. One batch of
 ``--episodes`` episodes (groups of 4, a budget of ``--turns`` turns, at most
 ``--tokens`` sampled ids per reply) is rolled out by both paths on the same model:
 
-* ``in-process``: :func:`~budgetmix.training.rollout.run_rollouts` with the
-  trainer's KV-cache :class:`~budgetmix.training.generation.ModelGenerator`
+* ``in-process``: :func:`~budgetmix.training.rollouts.rollout.run_rollouts` with the
+  trainer's KV-cache :class:`~budgetmix.training.rollouts.generation.ModelGenerator`
   (every episode in one forward pass per token, caches kept across turns);
-* ``server``: :class:`~budgetmix.training.server_rollout.ServerRollouts`, each
+* ``server``: :class:`~budgetmix.training.serving.server_rollout.ServerRollouts`, each
   episode under a BudgetController through ``run_agent`` and ``openai.OpenAI``
-  to :class:`~budgetmix.training.openai_server.LocalOpenAIServer` on 127.0.0.1
+  to :class:`~budgetmix.training.serving.openai_server.LocalOpenAIServer` on 127.0.0.1
   (HTTP + JSON, the server's chat-template rendering, concurrent requests batched,
   each conversation's KV kept across requests by the server's prefix cache;
   ``--no-prefix-cache``: every prompt re-read), ``--parallel`` episodes at once;
@@ -81,8 +81,8 @@ def _trainer(tmp: Path, args: argparse.Namespace) -> Any:
 
 
 def _in_process(trainer: Any, specs: list[Any]) -> tuple[list[Any], int]:
-    from budgetmix.training.generation import ModelGenerator
-    from budgetmix.training.rollout import run_rollouts
+    from budgetmix.training.rollouts.generation import ModelGenerator
+    from budgetmix.training.rollouts.rollout import run_rollouts
 
     gen = ModelGenerator(
         trainer.policy,
@@ -103,8 +103,8 @@ def _server(driver: Any, specs: list[Any]) -> tuple[list[Any], int]:
 
 def run(args: argparse.Namespace) -> str:
     """Run the comparison; returns the markdown table."""
-    from budgetmix.training.openai_server import LocalOpenAIServer
-    from budgetmix.training.server_rollout import ServerRollouts
+    from budgetmix.training.serving.openai_server import LocalOpenAIServer
+    from budgetmix.training.serving.server_rollout import ServerRollouts
 
     torch.set_num_threads(args.threads)
     paths = (*PATHS, REREAD) if args.reread else PATHS

@@ -28,17 +28,17 @@ import time
 from typing import Any
 
 import torch
-from budgetmix.training.algorithms import (
+from budgetmix.training.algorithms.objectives import (
     group_advantages,
     policy_loss,
     sequence_batch,
     token_logprobs,
 )
-from budgetmix.training.chat import ChatCodec
 from budgetmix.training.config import preset
 from budgetmix.training.envs import env_tasks
-from budgetmix.training.generation import ModelGenerator
-from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
 from budgetmix.training.trainer import train
 
 
@@ -143,7 +143,7 @@ def _trl_rows(
 ) -> dict[str, list[tuple[float, float, float]]]:
     import datasets
     import trl
-    from budgetmix.training.trl_adapter import budget_reward, make_rollout_func
+    from budgetmix.training.engines.trl_adapter import budget_reward, make_rollout_func
 
     tasks = env_tasks("echo", range(cfg.groups_per_step), cfg.env_kwargs)
     inner = make_rollout_func(tasks, cfg.budget_sampler(), tok, settings=settings)

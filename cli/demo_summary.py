@@ -21,7 +21,7 @@ __all__ = ["DEMO_REFERENCE", "REFRESH_COMMAND", "DemoResults", "fingerprint_line
 DEMO_REFERENCE = Path("docs/demo_fingerprint.json")
 #: How the reference is refreshed from a finished demo run (run in the clone).
 REFRESH_COMMAND = (
-    'python -c "from budgetmix.training.provenance import write_reference_fingerprint as w; '
+    'python -c "from budgetmix.training.data.provenance import write_reference_fingerprint as w; '
     "w('runs/demo/experiment/summary.json', 'docs/demo_fingerprint.json')\""
 )
 
@@ -99,7 +99,7 @@ def _train_lines(train: Mapping[str, Any]) -> list[str]:
 def fingerprint_line(summary: Path, config: Mapping[str, Any], reference: Path) -> str:
     """The run's fingerprint digest from ``summary`` (recorded there first when absent:
     the experiment's checkpoints lie beside it) and whether it matches ``reference``."""
-    from budgetmix.training.provenance import (
+    from budgetmix.training.data.provenance import (
         fingerprint_differences,
         read_fingerprint,
         record_run_fingerprint,

@@ -160,7 +160,7 @@ def deploy_checkpoint(
 ) -> dict[int, list[EpisodeResult]]:
     """Run a trained checkpoint as an agent under the controller for each budget."""
     from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
-    from budgetmix.training.serve import TrainedPolicyAgent
+    from budgetmix.training.serving.serve import TrainedPolicyAgent
 
     # sampled at temperature 1, as in evaluation: the policy RL trained
     agent = TrainedPolicyAgent.from_pretrained(

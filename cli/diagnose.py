@@ -40,10 +40,10 @@ from budgetmix.cli._errors import (
 from budgetmix.exceptions import BudgetmixError
 
 if TYPE_CHECKING:
-    from budgetmix.training.action_quality import ExpectedComparison
-    from budgetmix.training.budget_sensitivity import SensitivityResult
-    from budgetmix.training.diagnostics import CurvePoint
-    from budgetmix.training.recovery_injection import RecoveryResult
+    from budgetmix.training.diagnostics.action_quality import ExpectedComparison
+    from budgetmix.training.diagnostics.budget_sensitivity import SensitivityResult
+    from budgetmix.training.diagnostics.episodes import CurvePoint
+    from budgetmix.training.diagnostics.recovery_injection import RecoveryResult
     from rich.table import Table
 
 __all__ = ["DiagnoseOptions", "diagnose_main", "parse_diagnose_args"]
@@ -70,7 +70,7 @@ class DiagnoseOptions:
 
 
 def _policy(flag: str, spec: str, model: Any) -> Any:
-    from budgetmix.training.diagnostics import frozenlake_oracle_policy
+    from budgetmix.training.diagnostics.episodes import frozenlake_oracle_policy
     from budgetmix.training.experiment.lm import load_lm_policy
 
     if spec in BUILTIN:
@@ -253,8 +253,8 @@ def _recovery_table(recovery: Mapping[str, RecoveryResult], inject_at: int, budg
 
 def _check_trained_env(args: DiagnoseOptions) -> None:
     """One stderr warning per checkpoint not known to be trained on this map and slip rate."""
+    from budgetmix.training.data.provenance import env_differences, read_training_env
     from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME
-    from budgetmix.training.provenance import env_differences, read_training_env
 
     here = {"desc": list(args.desc), "success_rate": args.success_rate}
     for flag, spec in (("--a", args.a), ("--b", args.b)):
@@ -279,15 +279,15 @@ def _measure(
 ) -> dict[str, Any]:
     """Action quality, success curves and recovery of both policies (progress on stderr)."""
     from budgetmix.progress import ProgressLine
-    from budgetmix.training.action_quality import compare_expected
-    from budgetmix.training.diagnostics import (
+    from budgetmix.training.diagnostics.action_quality import compare_expected
+    from budgetmix.training.diagnostics.episodes import (
         frozenlake_q,
         invalid_reply,
         run_episodes,
         success_curve,
     )
+    from budgetmix.training.diagnostics.recovery_injection import recovery_injection
     from budgetmix.training.envs import env_tasks
-    from budgetmix.training.recovery_injection import recovery_injection
 
     n = args.episodes
     # episodes: B's states at every budget, both curves, both recoveries (with and without)
@@ -324,7 +324,7 @@ def _sensitivity(
 ) -> dict[str, Any]:
     """Each policy's start-cell budget sensitivity (empty when the start is budget-blind)."""
     from budgetmix.exceptions import ConfigError
-    from budgetmix.training.budget_sensitivity import budget_sensitivity
+    from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity
     from budgetmix.training.envs.frozenlake_compact import MOVE_LETTERS, parse_move
 
     try:

@@ -262,8 +262,8 @@ def _checkpoint_factory(cfg: Mapping[str, Any], ident: dict[str, Any]) -> AgentF
     if not cfg.get("model"):
         raise ConfigError("model: a checkpoint directory is required for agent checkpoint")
     model_dir("model", cfg["model"])  # never let a missing path reach the loader
-    from budgetmix.training.models import load_pretrained
-    from budgetmix.training.serve import TrainedPolicyAgent
+    from budgetmix.training.data.models import load_pretrained
+    from budgetmix.training.serving.serve import TrainedPolicyAgent
 
     weights, tokenizer = load_pretrained(cfg["model"])
     temperature = ident["temperature"]
@@ -352,7 +352,7 @@ def build_agent_factory(cfg: Mapping[str, Any]) -> tuple[AgentFactory, dict[str,
 def _default_notice(cfg: Mapping[str, Any]) -> str:
     """``v1``, or for a checkpoint agent the format its ``training_env.json`` records."""
     if cfg.get("agent") == "checkpoint" and cfg.get("model"):
-        from budgetmix.training.serve import deployment_notice
+        from budgetmix.training.serving.serve import deployment_notice
 
         trained = deployment_notice(cfg["model"])
         if trained is not None:

@@ -8,7 +8,7 @@ Examples::
 
 The tokenizer is any local Hugging Face tokenizer directory with a chat template
 (or give one with ``--chat-template``); nothing is downloaded. The model is a
-randomly initialised causal LM (:class:`~budgetmix.training.models.TinyModelSpec`,
+randomly initialised causal LM (:class:`~budgetmix.training.data.models.TinyModelSpec`,
 seeded) saved with ``save_pretrained`` next to the tokenizer, so that
 ``budgetmix train --set model_path='"base"'`` (or ``TrainConfig.model_path``)
 starts from it. An output folder that already holds a model is refused unless
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _shape(args: argparse.Namespace) -> Any:
     """The :class:`TinyModelSpec` of ``--config`` and the shape flags (flags win)."""
-    from budgetmix.training.models import TinyModelSpec
+    from budgetmix.training.data.models import TinyModelSpec
 
     values: dict[str, Any] = {}
     if args.config is not None:
@@ -123,7 +123,7 @@ def _init(argv: Sequence[str]) -> int:
         )
     spec = _shape(args)
     tokenizer = _tokenizer(args)
-    from budgetmix.training.models import build_tiny_model
+    from budgetmix.training.data.models import build_tiny_model
 
     model = build_tiny_model(spec, tokenizer, seed=args.seed)
     out.mkdir(parents=True, exist_ok=True)

@@ -219,7 +219,7 @@ def _check_fresh(out: Path, overwrite: bool) -> None:
 
 def checkpoint_step(out: Path) -> int | None:
     """The step of the checkpoint a ``--resume`` in ``out`` continues from, if any."""
-    from budgetmix.training.checkpoint import latest_checkpoint
+    from budgetmix.training.data.checkpoint import latest_checkpoint
 
     found = latest_checkpoint(out)
     if found is None:
@@ -242,7 +242,7 @@ def _interrupt_account(out: Path, argv: Sequence[str]) -> str:
 
 
 def _train(config: TrainConfig, resume: bool) -> int:
-    from budgetmix.training.distributed import prepare_launch
+    from budgetmix.training.engines.distributed import prepare_launch
     from budgetmix.training.trainer import train
 
     if resume and (step := checkpoint_step(Path(config.output_dir))) is not None:

@@ -3,7 +3,7 @@
 Prints, per budget fraction of the ceiling, the exact success of the best
 budget-aware and of the best budget-blind policy for an agent that takes a
 random other action with probability ``--error-rate``, and their difference
-(:mod:`budgetmix.training.envs.voi`). With ``--gate POINTS`` the exit status is
+(:mod:`budgetmix.training.diagnostics.voi`). With ``--gate POINTS`` the exit status is
 1 when the VoI at 25% or 50% is below ``POINTS`` (the design gate).
 """
 
@@ -46,7 +46,7 @@ def _parser() -> CliParser:
 
 
 def _run(argv: Sequence[str]) -> int:
-    from budgetmix.training.envs.voi import EXACT_MODELS, env_voi, gate
+    from budgetmix.training.diagnostics.voi import EXACT_MODELS, env_voi, gate
 
     args = _parser().parse_args(list(argv))
     choice("--env", args.env, sorted(EXACT_MODELS))

@@ -56,8 +56,8 @@ def _notice(turn: int, turns: int) -> str:
 def teach_tiny_model(directory: Path, turns: int) -> None:
     """Build a tiny model, teach it one tool-using demonstration, save it to ``directory``."""
     import torch
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     spec = TinyModelSpec(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 
 from budgetmix.training import TrainConfig
-from budgetmix.training.openai_server import LocalOpenAIServer
-from budgetmix.training.server_rollout import ServerRollouts
+from budgetmix.training.serving.openai_server import LocalOpenAIServer
+from budgetmix.training.serving.server_rollout import ServerRollouts
 from budgetmix.training.trainer import Trainer
 
 

@@ -11,9 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from budgetmix.training.chat import ChatCodec, environment_message
     from budgetmix.training.config import PRESETS, TrainConfig, load_config, preset
-    from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
+    from budgetmix.training.rollouts.chat import ChatCodec, environment_message
+    from budgetmix.training.rollouts.rollout import (
+        EpisodeSpec,
+        Rollout,
+        RolloutSettings,
+        run_rollouts,
+    )
     from budgetmix.training.trainer import TrainResult, train
 
 __all__ = [
@@ -32,16 +37,16 @@ __all__ = [
 ]
 
 _HOME = {
-    "ChatCodec": "chat",
-    "environment_message": "chat",
+    "ChatCodec": "rollouts.chat",
+    "environment_message": "rollouts.chat",
     "PRESETS": "config",
     "TrainConfig": "config",
     "load_config": "config",
     "preset": "config",
-    "EpisodeSpec": "rollout",
-    "Rollout": "rollout",
-    "RolloutSettings": "rollout",
-    "run_rollouts": "rollout",
+    "EpisodeSpec": "rollouts.rollout",
+    "Rollout": "rollouts.rollout",
+    "RolloutSettings": "rollouts.rollout",
+    "run_rollouts": "rollouts.rollout",
     "TrainResult": "trainer",
     "train": "trainer",
 }

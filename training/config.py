@@ -91,13 +91,13 @@ class TrainConfig:
     # training variant); saved into the trained checkpoint's tokenizer (docs/layout.md)
     chat_template: str | None = None
     # LoRA: true (rank lora_rank, attention projections), peft.LoraConfig kwargs, or a
-    # LoraConfig (stored as its kwargs); see budgetmix.training.lora
+    # LoraConfig (stored as its kwargs); see budgetmix.training.algorithms.lora
     lora: bool | Mapping[str, Any] = False
     lora_rank: int = 8
     # schedule
     seed: int = 0
     # torch intra-op threads of the run, whatever the machine's cores or OMP_NUM_THREADS
-    # (a reduction's summation order depends on it; budgetmix.training.reproducibility)
+    # (a reduction's summation order depends on it; budgetmix.training.data.reproducibility)
     threads: int = 1
     steps: int = 20
     sft_steps: int = 20
@@ -156,7 +156,7 @@ class TrainConfig:
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         object.__setattr__(self, "sampler", dict(self.sampler))
         if self.lora is not False:
-            from budgetmix.training.lora import check_foldable, lora_settings
+            from budgetmix.training.algorithms.lora import check_foldable, lora_settings
 
             object.__setattr__(self, "lora", lora_settings(self.lora))
             if self.sft_steps and self.steps and self.kl_coef > 0:

@@ -9,8 +9,8 @@ spent, instead of standing at the step count it never reaches.
 from __future__ import annotations
 
 from budgetmix.progress import ProgressLine
+from budgetmix.training.algorithms.rl_groups import progress_of
 from budgetmix.training.config import TrainConfig
-from budgetmix.training.rl_groups import progress_of
 
 __all__ = ["bar_completed", "phase_lines", "rl_done"]
 

@@ -17,7 +17,7 @@ from budgetmix.environment import StepLabel, StepResult
 from budgetmix.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from budgetmix.training.generation import GenerationRequest
+    from budgetmix.training.rollouts.generation import GenerationRequest
 
 __all__ = ["EchoEnv", "echo_agent"]
 

@@ -8,7 +8,7 @@ current policy, and takes ``ppo_epochs`` passes of clipped policy-gradient
 updates. Everything random is drawn from RNGs that the checkpoint saves, so
 ``resume`` reproduces an uninterrupted run's metrics exactly. A step's draws come
 from streams keyed by ``(seed, phase, step)`` and the run's kernels, thread count
-and deterministic algorithms are pinned (:mod:`budgetmix.training.reproducibility`),
+and deterministic algorithms are pinned (:mod:`budgetmix.training.data.reproducibility`),
 so the same seed gives byte-identical checkpoints on any core count or load.
 
 Data parallel: under ``accelerate launch`` every process rolls out its share
@@ -28,28 +28,28 @@ import torch
 from budgetmix.environment import Task
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.policies.samplers import BudgetDraw
-from budgetmix.training import rl_groups
-from budgetmix.training.algorithms import (
+from budgetmix.training.algorithms import rl_groups
+from budgetmix.training.algorithms.objectives import (
     group_advantages,
     policy_loss,
     sequence_batch,
     sft_loss,
     token_logprobs,
 )
-from budgetmix.training.chat import ChatCodec
-from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from budgetmix.training.algorithms.reference import KLReference
 from budgetmix.training.config import TrainConfig
+from budgetmix.training.data.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from budgetmix.training.data.metrics import MetricsLog, RolloutSummary, summarize, summary_of
+from budgetmix.training.data.models import build_policy
+from budgetmix.training.data.provenance import write_run_fingerprint, write_training_env
+from budgetmix.training.data.recordings import RecordedBatches
+from budgetmix.training.data.reproducibility import keyed_generator as keyed_gen
+from budgetmix.training.data.reproducibility import keyed_random, pin_kernels, reproducible
 from budgetmix.training.envs import env_spec
-from budgetmix.training.generation import ModelGenerator, ScriptedGenerator
-from budgetmix.training.metrics import MetricsLog, RolloutSummary, summarize, summary_of
-from budgetmix.training.models import build_policy
 from budgetmix.training.phase_progress import bar_completed, phase_lines, rl_done
-from budgetmix.training.provenance import write_run_fingerprint, write_training_env
-from budgetmix.training.recordings import RecordedBatches
-from budgetmix.training.reference import KLReference
-from budgetmix.training.reproducibility import keyed_generator as keyed_gen
-from budgetmix.training.reproducibility import keyed_random, pin_kernels, reproducible
-from budgetmix.training.rollout import (
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator, ScriptedGenerator
+from budgetmix.training.rollouts.rollout import (
     EpisodeSpec,
     Rollout,
     RolloutSettings,
@@ -288,7 +288,7 @@ class Trainer:
         self._key_streams("rl")
         t0 = time.perf_counter()  # timings are logged only: no timer changes what is trained
         specs = self._local(self._rl_specs())
-        rollouts = (  # in-process, or through a server (training/server_rollout.py)
+        rollouts = (  # in-process, or through a server (training/serving/server_rollout.py)
             self.rl_rollouts(specs)
             if self.rl_rollouts is not None
             else run_rollouts(specs, self._model_generator(), self.codec, self.settings)

@@ -9,10 +9,10 @@ SFT steps on the ``echo`` environment so that its episodes last several turns, t
 one batch of ``--groups x --group-size`` episodes under BudgetMix budgets, each
 path in a fresh process (one vLLM engine per process):
 
-* ``budgetmix in-process``: :class:`~budgetmix.training.generation.ModelGenerator`
+* ``budgetmix in-process``: :class:`~budgetmix.training.rollouts.generation.ModelGenerator`
   on the GPU (transformers, KV cache across turns), the reference;
 * ``budgetmix + vLLM``: the same rollouts, every turn sampled by ``vllm.LLM``
-  (:func:`~budgetmix.training.trl_vllm.llm_completer`, prefix cache across turns);
+  (:func:`~budgetmix.training.engines.trl_vllm.llm_completer`, prefix cache across turns);
 * ``TRL GRPOTrainer + budgetmix rollout_func (vLLM colocate)``: ``use_vllm=True``,
   our ``rollout_func`` sampling through TRL's engine (weights synced by TRL);
 * ``TRL GRPOTrainer, its own vLLM generation (colocate)``: TRL's single-turn path

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 from budgetmix.policies.samplers import BudgetMix
-from budgetmix.training.chat import ChatCodec
 from budgetmix.training.envs import env_tasks
-from budgetmix.training.generation import ModelGenerator, TokenGenerator
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator, TokenGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 
 ENV_KWARGS = {"letters": "abcd", "min_len": 1, "max_len": 3}
 
@@ -75,7 +75,7 @@ def inprocess(args: Any) -> dict[str, Any]:
 
 def vllm_engine(args: Any) -> dict[str, Any]:
     """The same rollouts, every turn sampled by ``vllm.LLM`` (prefix cache across turns)."""
-    from budgetmix.training.trl_vllm import EngineGenerator, llm_completer
+    from budgetmix.training.engines.trl_vllm import EngineGenerator, llm_completer
     from transformers import AutoConfig, AutoTokenizer
     from vllm import LLM
 
@@ -127,7 +127,7 @@ def trl_budgetmix(args: Any) -> dict[str, Any]:
     """TRL's GRPOTrainer (vLLM colocate) fed by our multi-turn ``rollout_func``."""
     import datasets
     import trl
-    from budgetmix.training.trl_adapter import budget_reward, make_rollout_func
+    from budgetmix.training.engines.trl_adapter import budget_reward, make_rollout_func
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.model_dir)

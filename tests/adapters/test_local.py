@@ -25,8 +25,8 @@ from budgetmix.adapters import (
 )
 from budgetmix.exceptions import ConfigError, MissingExtraError
 from budgetmix.ledger import Ledger
-from budgetmix.training.models import TinyModelSpec, build_tiny_model
-from budgetmix.training.tokenizer import build_char_tokenizer
+from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
 SPEC = TinyModelSpec(
     hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64

@@ -76,9 +76,9 @@ def test_damaged_checkpoint_is_one_line_naming_the_flag(
 def _model_dir(path: Path, env: str | None, env_kwargs: dict[str, object]) -> Path:
     """A tiny untrained model directory that records (or not) the env it was trained on."""
     pytest.importorskip("transformers")
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
-    from budgetmix.training.provenance import write_training_env
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.data.provenance import write_training_env
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     build_tiny_model(TinyModelSpec(), tokenizer, seed=0).save_pretrained(path)

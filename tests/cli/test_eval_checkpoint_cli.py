@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from budgetmix.cli import main
 from budgetmix.evaluation import EpisodeRecord, read_results
-from budgetmix.training.models import TinyModelSpec, build_tiny_model
-from budgetmix.training.serve import TrainedPolicyAgent
-from budgetmix.training.tokenizer import build_char_tokenizer
+from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
+from budgetmix.training.serving.serve import TrainedPolicyAgent
 
 from tests.cli.test_cli_errors import assert_flag_error, run_cli
 

@@ -1,6 +1,6 @@
 """``budgetmix init-model`` makes a first base model from a local tokenizer (issue 34 item 5).
 
-The model directory it writes loads with :func:`budgetmix.training.models.load_pretrained`
+The model directory it writes loads with :func:`budgetmix.training.data.models.load_pretrained`
 (what ``model_path`` reads), has the shape asked for, the same seed gives the same
 weights, and bad input is one line naming the flag. docs/training.md's walk starts
 from it (tests/test_training_doc.py runs the documented command).
@@ -39,7 +39,7 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_init_model_writes_a_base_that_model_path_loads(
     tokenizer_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.data.models import load_pretrained
 
     base = tmp_path / "base"
     argv = ["init-model", "--tokenizer", str(tokenizer_dir), "--output-dir", str(base)]

@@ -64,8 +64,8 @@ def test_recorded_trained_and_deployed_under_the_controller(user_env: Any, tmp_p
     sys.path.insert(0, str(ROOT / "tests" / "training"))
     from _layout_fixtures import build_bpe_tokenizer, save_tiny_checkpoint
     from budgetmix.training import TrainConfig, train
-    from budgetmix.training.recordings import episode_record, read_episodes, write_episodes
-    from budgetmix.training.serve import chat_model
+    from budgetmix.training.data.recordings import episode_record, read_episodes, write_episodes
+    from budgetmix.training.serving.serve import chat_model
 
     # 1. the team's own checkpoint: a locally trained BPE, Qwen2.5's template, a tiny Qwen2
     checkpoint = tmp_path / "base"

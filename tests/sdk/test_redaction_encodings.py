@@ -183,7 +183,7 @@ def test_written_data_is_redacted_but_keeps_its_numbers() -> None:
 
 # -- every file budgetmix writes goes through the same redaction ----------------------
 def test_checkpoint_metadata_holds_no_key(tmp_path: Path) -> None:
-    from budgetmix.training.provenance import write_training_env
+    from budgetmix.training.data.provenance import write_training_env
 
     kwargs = {"api_key": "plain-secret", "base_url": "http://h/v1?key=" + KEYS["openai"]}
     path = write_training_env(tmp_path, "faulty-tools", kwargs)
@@ -194,7 +194,7 @@ def test_checkpoint_metadata_holds_no_key(tmp_path: Path) -> None:
 
 def test_recordings_hold_no_key(tmp_path: Path) -> None:
     from budgetmix.adapters.base import ChatMessage
-    from budgetmix.training.recordings import RecordedEpisode, read_episodes, write_episodes
+    from budgetmix.training.data.recordings import RecordedEpisode, read_episodes, write_episodes
 
     key = KEYS["anthropic"]
     record = RecordedEpisode(

@@ -6,7 +6,7 @@ prompts, as ``trl.generation.vllm_client.VLLMClient.generate`` sends them
 ``max_tokens``, ``logprobs``, ``stop_token_ids``, sampling settings) and as vLLM
 answers: per choice ``prompt_token_ids``, ``token_ids`` (the stop id included) and
 ``logprobs`` with ``tokens`` as ``"token_id:<id>"``. Sampling is a local Hugging Face
-model's (:class:`~budgetmix.training.generation.ModelGenerator`, the model object the
+model's (:class:`~budgetmix.training.rollouts.generation.ModelGenerator`, the model object the
 trainer updates, so the weights are always current). Every answered prompt is logged.
 """
 
@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
-from budgetmix.training.generation import ModelGenerator
+from budgetmix.training.rollouts.generation import ModelGenerator
 
 
 class VLLMWireServer:

@@ -6,7 +6,7 @@ import importlib.util
 from typing import Any
 
 import pytest
-from budgetmix.training.reproducibility import pin_kernels
+from budgetmix.training.data.reproducibility import pin_kernels
 
 # The kernels a training run pins (ATen at AVX2, MKL's reproducible branch), set before any
 # test runs torch: in one pytest process the first kernel fixes them for every later test.
@@ -20,14 +20,14 @@ collect_ignore_glob = [] if _HAVE_TRAIN else ["test_*.py"]
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
     pytest.importorskip("transformers")
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     return build_char_tokenizer()
 
 
 @pytest.fixture()
 def tiny_model(tokenizer: Any) -> Any:
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
 
     return build_tiny_model(TinyModelSpec(), tokenizer, seed=0)
 

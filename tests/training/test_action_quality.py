@@ -11,8 +11,8 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("numpy")
 
 from budgetmix.environment import Task
-from budgetmix.training.action_quality import compare_expected, non_tied
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.action_quality import compare_expected, non_tied
+from budgetmix.training.diagnostics.episodes import (
     DecisionPoint,
     frozenlake_oracle_policy,
     frozenlake_q,

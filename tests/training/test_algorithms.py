@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.algorithms import group_advantages, policy_loss, sft_loss
+from budgetmix.training.algorithms.objectives import group_advantages, policy_loss, sft_loss
 
 
 def test_grpo_advantages_by_hand() -> None:

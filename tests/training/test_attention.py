@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 import torch
-from budgetmix.training.attention import GROUPED_SDPA, grouped_attention, grouped_sdpa_attention
-from budgetmix.training.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.rollouts.attention import (
+    GROUPED_SDPA,
+    grouped_attention,
+    grouped_sdpa_attention,
+)
 
 BATCH, HEADS, KV_HEADS, DIM = 3, 8, 2, 16
 
@@ -85,8 +89,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
         calls.append((int(q.shape[2]), mask is not None))
         return grouped_sdpa_attention(module, q, k, v, mask, **kw)
 
-    from budgetmix.training import attention
-
+    from budgetmix.training.rollouts import attention
     attention._register()
     monkeypatch.setitem(AttentionInterface._global_mapping, GROUPED_SDPA, counted)
     return calls
@@ -96,7 +99,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
 def test_the_sampler_runs_grouped_layers_folded_and_restores_sdpa(
     arch: str, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from budgetmix.training.generation import ModelGenerator
+    from budgetmix.training.rollouts.generation import ModelGenerator
 
     model = build_tiny_model(TinyModelSpec(arch=arch, num_heads=4, num_kv_heads=2), tokenizer)
     assert model.config._attn_implementation == "sdpa"

@@ -12,8 +12,12 @@ pytest.importorskip("numpy")
 
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.budget_sensitivity import budget_sensitivity, start_points
-from budgetmix.training.diagnostics import DecisionPoint, frozenlake_oracle_policy, frozenlake_q
+from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity, start_points
+from budgetmix.training.diagnostics.episodes import (
+    DecisionPoint,
+    frozenlake_oracle_policy,
+    frozenlake_q,
+)
 from budgetmix.training.envs.frozenlake_compact import (
     MOVE_LETTERS,
     CompactFrozenLake,

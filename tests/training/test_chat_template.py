@@ -13,10 +13,10 @@ from budgetmix.adapters import ChatMessage, ChatTemplate, LocalChatModel
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training.chat import ChatCodec, TemplateStabilityError, TokenDriftError
-from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
-from budgetmix.training.models import load_pretrained
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.data.models import load_pretrained
+from budgetmix.training.rollouts.chat import ChatCodec, TemplateStabilityError, TokenDriftError
+from budgetmix.training.rollouts.generation import Generation, GenerationRequest, ScriptedGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 from budgetmix.training.toy import EchoEnv
 
 QWEN3 = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from budgetmix.exceptions import CheckpointError, ConfigError
-from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from budgetmix.training.data.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,7 +78,7 @@ def test_save_writes_a_manifest_of_every_file(tmp_path: Path, tiny_model: Any) -
 
 
 def test_an_intact_checkpoint_round_trips(tmp_path: Path, tiny_model: Any, tokenizer: Any) -> None:
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
 
     ckpt = _save(tmp_path / "checkpoint", tiny_model)
     other = build_tiny_model(TinyModelSpec(), tokenizer, seed=5)
@@ -273,7 +273,7 @@ def test_an_intact_finished_run_resumes_to_the_same_end(trained: Path, tmp_path:
 def test_load_pretrained_verifies_the_final_model(
     trained: Path, tmp_path: Path, name: str, damage: Any
 ) -> None:
-    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.data.models import load_pretrained
 
     out = _copy_run(trained, tmp_path)
     damage(out / "final" / name)
@@ -285,7 +285,7 @@ def test_load_pretrained_verifies_the_final_model(
 def test_a_truncated_model_without_a_manifest_is_a_clear_error(
     tmp_path: Path, tiny_model: Any, tokenizer: Any
 ) -> None:
-    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.data.models import load_pretrained
 
     tiny_model.save_pretrained(tmp_path)  # a user's own Hugging Face directory
     tokenizer.save_pretrained(tmp_path)
@@ -307,7 +307,7 @@ def _forbid_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_load_pretrained_of_a_missing_path_names_it_before_transformers_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.data.models import load_pretrained
 
     _forbid_hub(monkeypatch)
     missing = tmp_path / "no-such-model"

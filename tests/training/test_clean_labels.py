@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training.chat import ChatCodec
 from budgetmix.training.envs import env_spec, env_tasks, make_env
 from budgetmix.training.envs.demo import DemoReply
 from budgetmix.training.envs.fault_chain_oracle import CHAIN_MOVES, OK
 from budgetmix.training.experiment.config import ExperimentConfig
 from budgetmix.training.experiment.environments import experiment_env
-from budgetmix.training.generation import GenerationRequest, ScriptedGenerator
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import GenerationRequest, ScriptedGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 from budgetmix.training.toy import echo_agent
 
 SETTINGS = RolloutSettings(notice_format="v1", token_check="strict")

@@ -26,10 +26,10 @@ from budgetmix.adapters._loop_support import check_trained_notice
 from budgetmix.cli.train import parse_train_args
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies import NotifyEveryTurn, NotifyWhenAtMost
-from budgetmix.training import serve
 from budgetmix.training.config import TrainConfig
-from budgetmix.training.models import load_pretrained
-from budgetmix.training.provenance import TRAINING_ENV_FILE, write_training_env
+from budgetmix.training.data.models import load_pretrained
+from budgetmix.training.data.provenance import TRAINING_ENV_FILE, write_training_env
+from budgetmix.training.serving import serve
 from budgetmix.training.trainer import Trainer, train
 
 OFFICIAL = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()

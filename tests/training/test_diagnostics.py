@@ -12,7 +12,7 @@ pytest.importorskip("numpy")
 
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.episodes import (
     DecisionPoint,
     compare_actions,
     frozenlake_oracle_policy,
@@ -23,10 +23,10 @@ from budgetmix.training.diagnostics import (
     success_curve,
     worst_action,
 )
+from budgetmix.training.diagnostics.monte_carlo import frozenlake_reseed, monte_carlo_q
+from budgetmix.training.diagnostics.recovery_injection import recovery_injection
 from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
-from budgetmix.training.monte_carlo import frozenlake_reseed, monte_carlo_q
-from budgetmix.training.recovery_injection import recovery_injection
 
 CORRIDOR = ("SFFG",)  # three moves right, nothing else matters
 SLIPPERY = ("SFF", "HFF", "HHG")

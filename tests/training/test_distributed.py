@@ -20,7 +20,7 @@ from budgetmix.exceptions import ConfigError
 
 pytest.importorskip("accelerate")
 
-from budgetmix.training.distributed import launch_world_size, prepare_launch
+from budgetmix.training.engines.distributed import launch_world_size, prepare_launch
 
 PROBE = Path(__file__).with_name("_ddp_probe.py")
 

@@ -213,9 +213,9 @@ def test_accelerate_launch_loads_a_user_environment(tmp_path: Path) -> None:
 def test_tool_env_demonstrations_roll_out_as_tool_calls(tokenizer: Any) -> None:
     pytest.importorskip("gymnasium")
     from budgetmix.policies.samplers import BudgetDraw
-    from budgetmix.training.chat import ChatCodec
-    from budgetmix.training.generation import ScriptedGenerator
-    from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+    from budgetmix.training.rollouts.chat import ChatCodec
+    from budgetmix.training.rollouts.generation import ScriptedGenerator
+    from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 
     codec = ChatCodec(tokenizer)
     spec = resolve_env("frozenlake-tools")
@@ -237,9 +237,9 @@ def test_a_user_demonstrator_trains_sft_through_tool_calls(
     user_module: Path, tokenizer: Any
 ) -> None:
     from budgetmix.policies.samplers import BudgetDraw
-    from budgetmix.training.chat import ChatCodec
-    from budgetmix.training.generation import ScriptedGenerator
-    from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+    from budgetmix.training.rollouts.chat import ChatCodec
+    from budgetmix.training.rollouts.generation import ScriptedGenerator
+    from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 
     assert TrainConfig(env="user_envs:GuessWithDemo", sft_steps=3).sft_steps == 3
     spec = resolve_env("user_envs:GuessWithDemo")

@@ -1,11 +1,11 @@
-"""training/env_turn.py: the one home of a turn's reply row and environment answer."""
+"""training/rollouts/env_turn.py: the one home of a turn's reply row and environment answer."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from budgetmix.training.env_turn import combined, environment_answer, with_notice
 from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
+from budgetmix.training.rollouts.env_turn import combined, environment_answer, with_notice
 
 
 class Finish(ToolEnv):

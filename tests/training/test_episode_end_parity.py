@@ -32,13 +32,13 @@ from budgetmix.evaluation import EvalConfig, Evaluator
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies import NotifyEveryTurn
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training import serve
-from budgetmix.training.chat import ChatCodec
+from budgetmix.training.data.models import load_pretrained
+from budgetmix.training.data.provenance import write_training_env
 from budgetmix.training.envs.tool_env import ToolResult, env_tool
-from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
-from budgetmix.training.models import load_pretrained
-from budgetmix.training.provenance import write_training_env
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import Generation, GenerationRequest, ScriptedGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.serving import serve
 
 KEYS = ("alpha", "beta")
 
@@ -156,7 +156,7 @@ def test_solved_on_turn_t_of_t_is_a_success_in_both_and_its_last_turn_is_the_sam
 def test_under_the_evaluator_the_checkpoint_ends_where_training_does(
     checkpoint: Path, tmp_path: Path
 ) -> None:
-    from budgetmix.training.sampler import Generation as SampledIds
+    from budgetmix.training.rollouts.sampler import Generation as SampledIds
 
     gen, _rollout = _training(checkpoint, turns=3)
     agent = serve.TrainedPolicyAgent.from_pretrained(checkpoint, max_new_tokens=64)

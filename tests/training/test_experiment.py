@@ -165,9 +165,9 @@ def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_repla
     report: ExperimentReport, tmp_path: Path
 ) -> None:
     from budgetmix.evaluation import EvalConfig, Evaluator
-    from budgetmix.training.diagnostics import pointwise, run_episodes
+    from budgetmix.training.diagnostics.episodes import pointwise, run_episodes
     from budgetmix.training.envs import env_tasks
-    from budgetmix.training.serve import TrainedPolicyAgent
+    from budgetmix.training.serving.serve import TrainedPolicyAgent
 
     actions: list[str] = []
 

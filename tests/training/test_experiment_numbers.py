@@ -17,8 +17,8 @@ def _codes(model: object, tokenizer: object, top: int) -> list[object]:
 
 
 def test_thermometer_code_makes_every_threshold_one_linear_feature(tmp_path: Path) -> None:
+    from budgetmix.training.data.models import load_pretrained
     from budgetmix.training.experiment.numbers import number_model
-    from budgetmix.training.models import load_pretrained
 
     path = number_model(tmp_path / "init", max_number=40, hidden_size=32, num_layers=1, seed=0)
     model, tokenizer = load_pretrained(path)  # the code is saved with the model
@@ -37,9 +37,9 @@ def test_thermometer_code_makes_every_threshold_one_linear_feature(tmp_path: Pat
 
 
 def test_ordinal_embeddings_need_number_tokens() -> None:
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
     from budgetmix.training.experiment.numbers import ordinal_embeddings
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     chars = build_char_tokenizer()  # digits only: 10 is two tokens
     model = build_tiny_model(TinyModelSpec(hidden_size=16, num_layers=1), chars)

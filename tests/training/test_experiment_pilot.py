@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.episodes import (
     frozenlake_oracle_policy,
     frozenlake_q,
     invalid_reply,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.experiment.stats import hierarchical_bootstrap, sign_flip_test
+from budgetmix.training.diagnostics.stats import hierarchical_bootstrap, sign_flip_test
 
 
 def test_sign_flip_counts_every_assignment() -> None:

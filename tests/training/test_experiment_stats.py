@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.experiment.stats import holm, mean_test, t_cdf, t_quantile
+from budgetmix.training.diagnostics.stats import holm, mean_test, t_cdf, t_quantile
 
 
 def test_t_distribution_matches_tables() -> None:
@@ -67,7 +67,7 @@ def test_one_base_model_shows_its_episode_interval_not_infinite_bounds() -> None
 def test_the_deployment_pick_never_takes_the_masked_control() -> None:
     from pathlib import Path
 
-    from budgetmix.training.diagnostics import EpisodeTrace
+    from budgetmix.training.diagnostics.episodes import EpisodeTrace
     from budgetmix.training.experiment.analysis import best_checkpoint
 
     def traces(successes: int) -> dict[int, list[EpisodeTrace]]:

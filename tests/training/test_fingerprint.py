@@ -1,5 +1,5 @@
-"""Run fingerprints (training/provenance.py) and the pinned settings and keyed streams they
-record (training/reproducibility.py)."""
+"""Run fingerprints (training/data/provenance.py) and the pinned settings and keyed streams they
+record (training/data/reproducibility.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from budgetmix.cli.demo_summary import DEMO_REFERENCE, REFRESH_COMMAND, fingerprint_line
 from budgetmix.manifest import file_sha256, write_manifest
-from budgetmix.training.provenance import (
+from budgetmix.training.data.provenance import (
     fingerprint_differences,
     read_fingerprint,
     record_run_fingerprint,
     run_fingerprint,
     write_reference_fingerprint,
 )
-from budgetmix.training.reproducibility import (
+from budgetmix.training.data.reproducibility import (
     PINNED_KERNELS,
     keyed_generator,
     keyed_random,
@@ -124,7 +124,8 @@ def test_streams_are_keyed_not_ordered() -> None:
         torch.rand(4, generator=gen), torch.rand(4, generator=keyed_generator(0, "rl", 2))
     )
     code = (
-        "from budgetmix.training.reproducibility import stream_seed; print(stream_seed(0, 'rl', 3))"
+        "from budgetmix.training.data.reproducibility import stream_seed; "
+        "print(stream_seed(0, 'rl', 3))"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(other.stdout) == stream_seed(0, "rl", 3)  # not Python's per-process hash

@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 from budgetmix.policies.samplers import BudgetMix
-from budgetmix.training.algorithms import sequence_batch, token_logprobs
-from budgetmix.training.chat import ChatCodec
+from budgetmix.training.algorithms.objectives import sequence_batch, token_logprobs
 from budgetmix.training.envs import env_tasks
-from budgetmix.training.generation import ModelGenerator
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 
 
 def test_sampled_logprobs_match_a_full_forward(tokenizer: Any, tiny_model: Any) -> None:

@@ -12,13 +12,13 @@ pytest.importorskip("numpy")
 
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.action_quality import (
+from budgetmix.training.diagnostics.action_quality import (
     compare_expected,
     measure_error_rate,
     recovery_analysis,
 )
-from budgetmix.training.budget_sensitivity import budget_sensitivity
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity
+from budgetmix.training.diagnostics.episodes import (
     DecisionPoint,
     Policy,
     frozenlake_q,
@@ -26,6 +26,7 @@ from budgetmix.training.diagnostics import (
     run_episodes,
     worst_action,
 )
+from budgetmix.training.diagnostics.voi import exact_model
 from budgetmix.training.envs import env_tasks
 from budgetmix.training.envs.fault_chain_oracle import (
     CHAIN_MOVES,
@@ -36,7 +37,6 @@ from budgetmix.training.envs.fault_chain_oracle import (
 )
 from budgetmix.training.envs.frozenlake_compact import CompactFrozenLake, parse_move
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
-from budgetmix.training.envs.voi import exact_model
 
 MODEL = ChainModel()
 

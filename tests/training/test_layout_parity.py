@@ -35,12 +35,12 @@ from budgetmix.evaluation import EvalConfig, Evaluator
 from budgetmix.ledger import Ledger
 from budgetmix.policies import NotifyEveryTurn
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training import serve
-from budgetmix.training.chat import ChatCodec
-from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
-from budgetmix.training.models import load_pretrained
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
-from budgetmix.training.sampler import Generation as SampledIds
+from budgetmix.training.data.models import load_pretrained
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import Generation, GenerationRequest, ScriptedGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.sampler import Generation as SampledIds
+from budgetmix.training.serving import serve
 
 TURNS = 4
 

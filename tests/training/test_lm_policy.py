@@ -9,12 +9,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from budgetmix.training.diagnostics import pointwise, run_episodes
+from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.diagnostics.episodes import pointwise, run_episodes
 from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME
 from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.lm import LMPolicy
-from budgetmix.training.models import TinyModelSpec, build_tiny_model
-from budgetmix.training.tokenizer import build_char_tokenizer
+from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
 KW = {"desc": ["SFF", "HFF", "HHG"], "success_rate": 0.8}
 
@@ -82,7 +82,7 @@ def test_asking_the_same_points_again_feeds_only_the_sampled_ids(model_and_token
 def test_next_token_probabilities_are_the_models_softmax(model_and_tokenizer: Any) -> None:
     import torch
     from budgetmix.exceptions import ConfigError
-    from budgetmix.training.budget_sensitivity import start_points
+    from budgetmix.training.diagnostics.budget_sensitivity import start_points
     from budgetmix.training.experiment.lm import next_token_probabilities
 
     model, tokenizer = model_and_tokenizer

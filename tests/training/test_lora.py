@@ -49,7 +49,7 @@ def _adapted(model: Any) -> set[str]:
 
 @pytest.mark.parametrize("form", ["table", "LoraConfig"])
 def test_the_users_lora_config_reaches_the_peft_model(form: str, tmp_path: Path) -> None:
-    from budgetmix.training.models import build_policy
+    from budgetmix.training.data.models import build_policy
 
     given = USER_LORA if form == "table" else peft.LoraConfig(**USER_LORA)
     cfg = preset("echo-tiny", output_dir=str(tmp_path), lora=given)
@@ -73,7 +73,7 @@ def test_the_users_lora_config_reaches_the_peft_model(form: str, tmp_path: Path)
 
 
 def test_lora_true_keeps_the_old_default(tmp_path: Path) -> None:
-    from budgetmix.training.models import build_policy
+    from budgetmix.training.data.models import build_policy
 
     model, _ = build_policy(preset("echo-tiny", output_dir=str(tmp_path), lora=True, lora_rank=2))
     used = model.peft_config["default"]
@@ -100,7 +100,7 @@ def test_bad_lora_configs_name_the_field(lora: Any, message: str) -> None:
 
 
 def test_no_module_matching_is_a_config_error(tmp_path: Path) -> None:
-    from budgetmix.training.models import build_policy
+    from budgetmix.training.data.models import build_policy
 
     cfg = preset("echo-tiny", output_dir=str(tmp_path), lora={"target_modules": ["nope"]})
     with pytest.raises(ConfigError, match=r"TrainConfig\.lora: cannot apply it"):
@@ -114,8 +114,8 @@ def _logits(model: Any) -> torch.Tensor:
 
 
 def test_folding_keeps_the_function_and_restarts_the_adapter(tokenizer: Any) -> None:
-    from budgetmix.training.lora import apply_lora, fold_adapter, lora_config
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.algorithms.lora import apply_lora, fold_adapter, lora_config
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
 
     base = build_tiny_model(TinyModelSpec(), tokenizer, seed=0)
     model = apply_lora(base, lora_config(USER_LORA))
@@ -140,8 +140,8 @@ def test_folding_keeps_the_function_and_restarts_the_adapter(tokenizer: Any) -> 
 def test_the_reference_is_the_adapter_disabled_policy_not_a_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from budgetmix.training.algorithms import sft_loss
-    from budgetmix.training.rollout import run_rollouts
+    from budgetmix.training.algorithms.objectives import sft_loss
+    from budgetmix.training.rollouts.rollout import run_rollouts
     from budgetmix.training.trainer import Trainer
 
     cfg = preset("echo-tiny", output_dir=str(tmp_path), lora=USER_LORA, **SMALL)
@@ -183,7 +183,7 @@ def _stable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_lora_checkpoints_resume_exactly_and_ship_a_whole_model(tmp_path: Path) -> None:
-    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.data.models import load_pretrained
     from budgetmix.training.trainer import train
     from safetensors import safe_open
 

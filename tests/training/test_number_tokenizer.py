@@ -13,7 +13,7 @@ from budgetmix.budget import Budget
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import Ledger
 from budgetmix.notice import render_notice
-from budgetmix.training.tokenizer import MASK_TOKEN, build_char_tokenizer
+from budgetmix.training.rollouts.tokenizer import MASK_TOKEN, build_char_tokenizer
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 from _layout_fixtures import build_bpe_tokenizer, save_tiny_checkpoint
-from budgetmix.training.models import load_pretrained
-from budgetmix.training.openai_server import LocalOpenAIServer
-from budgetmix.training.prefix_cache import PrefixCache
-from budgetmix.training.sampler import KVCacheSampler, SamplingRule
+from budgetmix.training.data.models import load_pretrained
+from budgetmix.training.rollouts.sampler import KVCacheSampler, SamplingRule
+from budgetmix.training.serving.openai_server import LocalOpenAIServer
+from budgetmix.training.serving.prefix_cache import PrefixCache
 
 
 @pytest.fixture(scope="module")

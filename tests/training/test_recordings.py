@@ -14,8 +14,7 @@ from budgetmix.adapters.base import ChatMessage
 from budgetmix.adapters.chat_template import ChatTemplate
 from budgetmix.adapters.testing import ScriptedModel, tool_call, tool_calls
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
-from budgetmix.training.recordings import (
+from budgetmix.training.data.recordings import (
     RecordedEpisode,
     _with_notices,
     episode_record,
@@ -23,6 +22,7 @@ from budgetmix.training.recordings import (
     recorded_rollouts,
     write_episodes,
 )
+from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
 
 
 class Adder(ToolEnv):

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from budgetmix.manifest import file_sha256
-from budgetmix.training.provenance import (
+from budgetmix.training.data.provenance import (
     FINGERPRINT_FILE,
     fingerprint_differences,
     read_fingerprint,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 from budgetmix.exceptions import CheckpointError
-from budgetmix.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from budgetmix.training.data.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
 
 class Crash(BaseException):

@@ -9,8 +9,7 @@ import pytest
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import BudgetDraw
-from budgetmix.training.config import TrainConfig, preset
-from budgetmix.training.rl_groups import (
+from budgetmix.training.algorithms.rl_groups import (
     LR_FLOOR,
     baseline_keys,
     group_specs,
@@ -18,7 +17,8 @@ from budgetmix.training.rl_groups import (
     scheduled_lr,
     select_for_update,
 )
-from budgetmix.training.rollout import Rollout
+from budgetmix.training.config import TrainConfig, preset
+from budgetmix.training.rollouts.rollout import Rollout
 
 MIX = {"kind": "budgetmix", "ceiling": 8, "fractions": [0.25, 0.5, 0.75, 1.0]}
 

@@ -10,10 +10,10 @@ from budgetmix.budget import Budget
 from budgetmix.ledger import Ledger
 from budgetmix.notice import render_notice
 from budgetmix.policies.samplers import BudgetDraw, BudgetMix, FixedBudget
-from budgetmix.training.chat import ChatCodec, TokenDriftError, environment_message
 from budgetmix.training.envs import env_tasks
-from budgetmix.training.generation import Generation, GenerationRequest, ScriptedGenerator
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.chat import ChatCodec, TokenDriftError, environment_message
+from budgetmix.training.rollouts.generation import Generation, GenerationRequest, ScriptedGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 from budgetmix.training.toy import EchoEnv, echo_agent
 
 STRICT = RolloutSettings(notice_format="v1", token_check="strict")

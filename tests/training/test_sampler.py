@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training import sampler as sampler_module
-from budgetmix.training.generation import Generation, ModelGenerator
-from budgetmix.training.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+from budgetmix.training.rollouts import sampler as sampler_module
+from budgetmix.training.rollouts.generation import Generation, ModelGenerator
 
 EPISODES = 7
 MAX_NEW = 6
@@ -146,10 +146,10 @@ def test_rollouts_use_the_cache_and_sample_what_rereading_samples(
     tokenizer: Any, tiny_model: Any
 ) -> None:
     from budgetmix.policies.samplers import BudgetMix
-    from budgetmix.training.chat import ChatCodec
     from budgetmix.training.envs import env_tasks
-    from budgetmix.training.generation import GenerationRequest
-    from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+    from budgetmix.training.rollouts.chat import ChatCodec
+    from budgetmix.training.rollouts.generation import GenerationRequest
+    from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
 
     class Rereading:
         """The same generator with the episode keys taken away."""

@@ -10,11 +10,11 @@ import pytest
 from budgetmix import Budget, BudgetController, NotifyEveryTurn
 from budgetmix.environment import Task
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training.chat import ChatCodec
 from budgetmix.training.envs import FrozenLakeEnv
-from budgetmix.training.generation import ModelGenerator
-from budgetmix.training.rollout import EpisodeSpec, RolloutSettings, run_rollouts
-from budgetmix.training.serve import TrainedPolicyAgent
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.serving.serve import TrainedPolicyAgent
 
 FMT = "v1-compact"
 TURNS = 4
@@ -111,7 +111,7 @@ def _flip_tensor_byte(path: Path) -> None:
 def test_serving_loaders_verify_a_trained_models_manifest(tmp_path: Path) -> None:
     from budgetmix.exceptions import CheckpointError
     from budgetmix.training.config import preset
-    from budgetmix.training.serve import chat_model
+    from budgetmix.training.serving.serve import chat_model
     from budgetmix.training.trainer import train
 
     small = {"sft_steps": 1, "steps": 0, "sft_batch": 4, "progress": False}
@@ -127,7 +127,7 @@ def test_serving_loaders_verify_a_trained_models_manifest(tmp_path: Path) -> Non
 
 def test_serving_a_missing_directory_names_it(tmp_path: Path) -> None:
     from budgetmix import ConfigError
-    from budgetmix.training.serve import chat_model
+    from budgetmix.training.serving.serve import chat_model
 
     with pytest.raises(ConfigError, match="nowhere"):
         TrainedPolicyAgent.from_pretrained(tmp_path / "nowhere")

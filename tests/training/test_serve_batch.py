@@ -21,10 +21,10 @@ from budgetmix.environment import Task
 from budgetmix.evaluation import EvalConfig, Evaluator
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.envs import FrozenLakeEnv
-from budgetmix.training.generation import ModelGenerator
-from budgetmix.training.serve import TrainedPolicyAgent
-from budgetmix.training.serve_batch import BatchedGenerator, EpisodeBatcher
-from budgetmix.training.serve_rows import PREFILL_IDS
+from budgetmix.training.rollouts.generation import ModelGenerator
+from budgetmix.training.serving.serve import TrainedPolicyAgent
+from budgetmix.training.serving.serve_batch import BatchedGenerator, EpisodeBatcher
+from budgetmix.training.serving.serve_rows import PREFILL_IDS
 
 MAX_NEW = 6
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from budgetmix import Budget, BudgetController, NotifyEveryTurn
 from budgetmix.training.envs import FrozenLakeEnv
-from budgetmix.training.serve import TrainedPolicyAgent
+from budgetmix.training.serving.serve import TrainedPolicyAgent
 
 TURNS = 4
 

@@ -20,9 +20,9 @@ from _server_rollout_env import PickEnv
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training.rollout import EpisodeSpec
-from budgetmix.training.server_rollout import ServerRollouts
-from budgetmix.training.server_tokens import Exchange, exchange_of, stitch
+from budgetmix.training.rollouts.rollout import EpisodeSpec
+from budgetmix.training.serving.server_rollout import ServerRollouts
+from budgetmix.training.serving.server_tokens import Exchange, exchange_of, stitch
 
 TURNS = 4
 

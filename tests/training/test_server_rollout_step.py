@@ -22,12 +22,12 @@ from budgetmix.exceptions import BudgetExhausted
 from budgetmix.ledger import Ledger
 from budgetmix.policies.samplers import FixedBudget
 from budgetmix.training import TrainConfig
-from budgetmix.training.algorithms import sequence_batch
-from budgetmix.training.generation import Generation, GenerationRequest
-from budgetmix.training.models import load_pretrained
-from budgetmix.training.openai_server import LocalOpenAIServer, ServedCompletion
-from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
-from budgetmix.training.server_rollout import ServerEpisode, ServerRollouts
+from budgetmix.training.algorithms.objectives import sequence_batch
+from budgetmix.training.data.models import load_pretrained
+from budgetmix.training.rollouts.generation import Generation, GenerationRequest
+from budgetmix.training.rollouts.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
+from budgetmix.training.serving.openai_server import LocalOpenAIServer, ServedCompletion
+from budgetmix.training.serving.server_rollout import ServerEpisode, ServerRollouts
 from budgetmix.training.trainer import Trainer
 
 TURNS = 2
@@ -307,7 +307,7 @@ def _framework_loop(ep: ServerEpisode) -> Any:
     and records the ids."""
     import openai
     from budgetmix.adapters import BudgetTransport
-    from budgetmix.training.server_tokens import TokenCapture
+    from budgetmix.training.serving.server_tokens import TokenCapture
 
     http: Any = httpx.Client(transport=BudgetTransport(TokenCapture(), ep.controller))
     client = openai.OpenAI(base_url=ep.base_url, api_key="x", http_client=http, max_retries=0)
@@ -353,7 +353,7 @@ def _async_loop(ep: ServerEpisode) -> Any:
 
     import openai
     from budgetmix.adapters import budgeted
-    from budgetmix.training.server_tokens import AsyncTokenCapture
+    from budgetmix.training.serving.server_tokens import AsyncTokenCapture
 
     async def play() -> Any:
         http: Any = httpx.AsyncClient(transport=AsyncTokenCapture())

@@ -21,9 +21,9 @@ from budgetmix.adapters import run_agent
 from budgetmix.adapters.chat_template import ChatTemplate
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies import NotifyEveryTurn
-from budgetmix.training import serve
-from budgetmix.training.chat import ChatCodec
-from budgetmix.training.provenance import TRAINING_ENV_FILE, write_training_env
+from budgetmix.training.data.provenance import TRAINING_ENV_FILE, write_training_env
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.serving import serve
 
 pytest.importorskip("transformers")
 

@@ -23,15 +23,15 @@ from budgetmix.adapters.testing import ScriptedModel, final_answer, tool_call, t
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import FixedBudget
-from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
-from budgetmix.training.recordings import (
+from budgetmix.training.data.recordings import (
     episode_record,
     read_episodes,
     recorded_rollouts,
     write_episodes,
 )
-from budgetmix.training.rollout import EpisodeSpec
-from budgetmix.training.server_rollout import ServerRollouts
+from budgetmix.training.envs.tool_env import ToolEnv, ToolResult, env_tool
+from budgetmix.training.rollouts.rollout import EpisodeSpec
+from budgetmix.training.serving.server_rollout import ServerRollouts
 
 HOSTILE = ("name", "self", "tool_name", "call_id", "arguments", "env", "kwargs", "args", "fn")
 ARGS = {n: f"<{n}>" for n in HOSTILE}

@@ -86,7 +86,7 @@ def test_resume_refuses_another_config(tmp_path: Path) -> None:
 
 
 def test_lora_trains_adapters_only_and_ships_a_whole_model(tmp_path: Path) -> None:
-    from budgetmix.training.models import build_policy, load_pretrained
+    from budgetmix.training.data.models import build_policy, load_pretrained
 
     pytest.importorskip("peft")
     small = {**TRIVIAL, "sft_steps": 3, "steps": 2, "groups_per_step": 2, "sft_batch": 8}

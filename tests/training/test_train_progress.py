@@ -9,7 +9,7 @@ import pytest
 from budgetmix.manifest import MANIFEST_NAME
 from budgetmix.progress import INTERVAL_ENV
 from budgetmix.training.config import preset
-from budgetmix.training.provenance import TRAINING_ENV_FILE, read_training_env
+from budgetmix.training.data.provenance import TRAINING_ENV_FILE, read_training_env
 from budgetmix.training.trainer import train
 
 ECHO = {"letters": "a", "min_len": 1, "max_len": 2}

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from budgetmix.policies.samplers import BudgetMix
-from budgetmix.training.chat import ChatCodec
+from budgetmix.training.engines.trl_adapter import budget_reward, make_rollout_func
 from budgetmix.training.envs import env_tasks
-from budgetmix.training.generation import ScriptedGenerator
-from budgetmix.training.rollout import RolloutSettings
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ScriptedGenerator
+from budgetmix.training.rollouts.rollout import RolloutSettings
 from budgetmix.training.toy import echo_agent
-from budgetmix.training.trl_adapter import budget_reward, make_rollout_func
 
 pytestmark = pytest.mark.slow  # end to end: outside the unit loop (-m "not slow")
 
@@ -200,7 +200,7 @@ def test_use_vllm_without_trls_vllm_is_a_clear_error(tokenizer: Any) -> None:
     from types import SimpleNamespace
 
     from budgetmix.exceptions import ConfigError
-    from budgetmix.training.trl_vllm import EngineGenerator, trl_vllm_generator
+    from budgetmix.training.engines.trl_vllm import EngineGenerator, trl_vllm_generator
 
     tasks = env_tasks("echo", range(2), {})
     func = make_rollout_func(tasks, BudgetMix(ceiling=4), tokenizer)  # follows the trainer
@@ -237,8 +237,8 @@ def test_a_non_main_process_opens_its_own_client_on_the_server(
     from types import SimpleNamespace
 
     from _vllm_wire import VLLMWireServer
-    from budgetmix.training.generation import GenerationRequest
-    from budgetmix.training.trl_vllm import trl_vllm_generator
+    from budgetmix.training.engines.trl_vllm import trl_vllm_generator
+    from budgetmix.training.rollouts.generation import GenerationRequest
     from trl.generation import vllm_client
 
     monkeypatch.setattr(vllm_client, "is_vllm_available", lambda *a, **k: True)

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.chat import ChatCodec
-from budgetmix.training.generation import ModelGenerator
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator
 
 PINNED = Path(__file__).with_name("verl_interface")
-HERE_MODULE = "budgetmix.training.verl_agent_loop"
+HERE_MODULE = "budgetmix.training.engines.verl_agent_loop"
 
 
 def _verl_is_installed() -> bool:

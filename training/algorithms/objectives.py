@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.rollout import Rollout
+from budgetmix.training.rollouts.rollout import Rollout
 
 __all__ = [
     "PolicyLossOutput",

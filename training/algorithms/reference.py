@@ -4,7 +4,7 @@ Without LoRA it is a frozen copy of the policy, saved next to the checkpoints
 (``reference.safetensors``, its SHA-256 recorded in the checkpoint) and
 verified when a run resumes. With LoRA it is the policy itself with its
 adapter disabled (no second model): the SFT adapter is folded into the base
-weights when RL starts (:func:`budgetmix.training.lora.fold_adapter`), and
+weights when RL starts (:func:`budgetmix.training.algorithms.lora.fold_adapter`), and
 the checkpoints' weights carry that base.
 """
 
@@ -37,7 +37,7 @@ class KLReference:
         """Fix the reference at ``policy`` now; with LoRA, ``fold`` the SFT adapter into the
         base first. Only the ``main`` process writes the copy's file."""
         if self.lora:
-            from budgetmix.training.lora import fold_adapter
+            from budgetmix.training.algorithms.lora import fold_adapter
 
             if fold:
                 fold_adapter(policy)
@@ -94,7 +94,7 @@ class KLReference:
         if not self.is_base:
             yield self.model
             return
-        from budgetmix.training.lora import adapter_disabled
+        from budgetmix.training.algorithms.lora import adapter_disabled
 
         with adapter_disabled(policy) as base:
             yield base

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import BudgetDraw, BudgetSampler
-from budgetmix.training.config import TrainConfig
-from budgetmix.training.rollout import EpisodeSpec, Rollout
+from budgetmix.training.rollouts.rollout import EpisodeSpec, Rollout
+
+if TYPE_CHECKING:
+    from budgetmix.training.config import TrainConfig
 
 __all__ = [
     "LR_FLOOR",

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from budgetmix.training.rollout import Rollout
+from budgetmix.training.rollouts.rollout import Rollout
 
 __all__ = ["MetricsLog", "RolloutSummary", "summarize", "summary_of"]
 

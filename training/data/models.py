@@ -4,7 +4,7 @@ Nothing here downloads: ``from_pretrained`` is always called with
 ``local_files_only=True`` and ``use_safetensors=True``, after the directory's
 ``manifest.json`` (when it has one) has been verified. Tiny models (a few
 layers, hidden size 64) are built from a transformers config and paired with
-the char-level tokenizer of :mod:`budgetmix.training.tokenizer`.
+the char-level tokenizer of :mod:`budgetmix.training.rollouts.tokenizer`.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
 def build_policy(config: TrainConfig) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from ``model_path``, or a tiny seeded model + char tokenizer;
     the tokenizer's chat template is ``chat_template``'s file when the config names one."""
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     if config.model_path is not None:
         model, tokenizer = load_pretrained(config.model_path, dtype=config.dtype)
@@ -142,7 +142,7 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
         tokenizer.chat_template = template
     if config.lora is not False:
         import torch
-        from budgetmix.training.lora import apply_lora, lora_config
+        from budgetmix.training.algorithms.lora import apply_lora, lora_config
 
         # the adapter's initial A matrices are random: seeded, so runs repeat
         with torch.random.fork_rng(devices=[]):

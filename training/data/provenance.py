@@ -9,11 +9,11 @@ like any other file): the parser its replies were read with
 :func:`env_differences` tells a diagnostic that evaluates the model on another map
 or slip rate what differs, so it can say so; :func:`read_training_notice` gives the
 notice placement and format the model was trained with, which a deployment should use
-(:func:`budgetmix.training.serve.deployment_notice`, docs/layout.md).
+(:func:`budgetmix.training.serving.serve.deployment_notice`, docs/layout.md).
 
 A run's **fingerprint** (:func:`run_fingerprint`) says what its numbers came from: package
 versions, SHA-256 of the config and of the input files, the pinned thread count and
-kernels (:mod:`budgetmix.training.reproducibility`) and the SHA-256 of every checkpoint
+kernels (:mod:`budgetmix.training.data.reproducibility`) and the SHA-256 of every checkpoint
 tensor file (read from the checkpoints' manifests). Its ``digest`` covers all of that but
 the machine's thread variables (informational: the run pins its own count), so two runs
 with equal digests trained byte-identical checkpoints from the same inputs;
@@ -290,7 +290,7 @@ def run_fingerprint(
     Raises:
         CheckpointError: a checkpoint manifest under ``root`` cannot be read.
     """
-    from budgetmix.training.reproducibility import kernel_settings, thread_settings
+    from budgetmix.training.data.reproducibility import kernel_settings, thread_settings
 
     environment = {k: v for k, v in thread_settings().items() if k != "intra_op"}
     fingerprint: dict[str, Any] = {

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from budgetmix.adapters.chat_template import ChatTemplate
     from budgetmix.adapters.loop import AgentRun
     from budgetmix.training.config import TrainConfig
-    from budgetmix.training.rollout import Rollout
+    from budgetmix.training.rollouts.rollout import Rollout
 
 __all__ = [
     "RECORD_FORMAT",
@@ -359,7 +359,7 @@ def recorded_rollouts(
     """
     from budgetmix._validate import check_choice
     from budgetmix.policies.samplers import BudgetDraw
-    from budgetmix.training.rollout import Rollout
+    from budgetmix.training.rollouts.rollout import Rollout
 
     check_choice("tool_errors", tool_errors, ("skip", "keep"))
     kept = [r for r in records if tool_errors == "keep" or not r.tool_errors]

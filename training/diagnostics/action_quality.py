@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.diagnostics import DecisionPoint, Policy, QFunction
+from budgetmix.training.diagnostics.episodes import DecisionPoint, Policy, QFunction
 from budgetmix.training.envs.frozenlake_oracle import ACTIONS
 
 __all__ = [
@@ -321,7 +321,7 @@ def recovery_analysis(
     Raises:
         ConfigError: no RL policy, or no seed has a state right after a mistake.
     """
-    from budgetmix.training.experiment.stats import mean_test
+    from budgetmix.training.diagnostics.stats import mean_test
 
     if not rl:
         raise ConfigError("rl: give at least one RL policy (one per training seed)")

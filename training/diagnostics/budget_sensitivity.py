@@ -22,7 +22,7 @@ independent sample sets of the same policy (the policy against itself).
 
 Grade against the right optimum: ``q`` should be the Q-function for the agent's
 *measured* error rate (``frozenlake_q(model, error_rate=e)``, ``tools_q``,
-``chain_q``; see :func:`~budgetmix.training.action_quality.measure_error_rate`).
+``chain_q``; see :func:`~budgetmix.training.diagnostics.action_quality.measure_error_rate`).
 An agent that is optimal for its own error rate then scores S = 1, and its
 budget-dependent choices are the ones that pay for it; against the noiseless
 optimum (``error_rate=0``, the published figures) it would score below 1.
@@ -43,7 +43,7 @@ from typing import Any
 from budgetmix.environment import Task
 from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.episodes import (
     LiveEpisode,
     Policy,
     QFunction,
@@ -123,7 +123,8 @@ def start_points(
 ) -> list[Any]:
     """The first decision point of a fresh episode of every task under every budget.
 
-    Returns one list of :class:`~budgetmix.training.diagnostics.DecisionPoint`, budget-major.
+    Returns one list of :class:`~budgetmix.training.diagnostics.episodes.DecisionPoint`,
+    budget-major.
 
     Raises:
         ConfigError: a budget < 1 or no tasks.

@@ -10,20 +10,20 @@ see, notices included). :func:`pointwise` lifts a one-point function.
 * :func:`compare_actions` -- from the *same* decision points, which of two
   policies picks the better action, by a Q-function: exact finite-horizon values
   for FrozenLake (:func:`frozenlake_q`) or Monte Carlo
-  (:func:`budgetmix.training.monte_carlo.monte_carlo_q`).
+  (:func:`budgetmix.training.diagnostics.monte_carlo.monte_carlo_q`).
   Reported overall and restricted to points right after a mistake (the paper:
   RL better in ~43% of FrozenLake states overall, ~66% right after a mistake).
 * :func:`success_curve` -- success vs turn budget T with Wilson intervals
   (budget extrapolation: a policy trained at one T, evaluated shorter and longer).
-* recovery (:mod:`budgetmix.training.recovery_injection`) -- force a mistake at turn
+* recovery (:mod:`budgetmix.training.diagnostics.recovery_injection`) -- force a mistake at turn
   ``s`` and measure how often the policy still succeeds within the remaining budget.
 
 A *mistake* is, when a Q-function is given, an action that loses more than
 ``mistake_tol`` success probability against the best action (environment labels
 do not count then: bumping into a wall is sometimes the optimal wait); without
 one, a step the environment labels as one. Step-level comparisons by expected Q
-with a noise floor: :mod:`budgetmix.training.action_quality`; budget
-sensitivity: :mod:`budgetmix.training.budget_sensitivity`. Imports nothing heavy.
+with a noise floor: :mod:`budgetmix.training.diagnostics.action_quality`; budget
+sensitivity: :mod:`budgetmix.training.diagnostics.budget_sensitivity`. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from budgetmix.evaluation.passk import wilson_interval
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import fixed_clock_ledger
 from budgetmix.progress import ProgressLine
-from budgetmix.training.chat import environment_message
 from budgetmix.training.envs.agents import FrozenLakeDemonstrator
 from budgetmix.training.envs.frozenlake_compact import parse_move
 from budgetmix.training.envs.frozenlake_oracle import (
@@ -45,6 +44,7 @@ from budgetmix.training.envs.frozenlake_oracle import (
     FrozenLakeModel,
     finite_horizon_values,
 )
+from budgetmix.training.rollouts.chat import environment_message
 
 __all__ = [
     "ActionComparison",

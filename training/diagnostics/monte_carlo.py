@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from budgetmix.environment import Environment, Task, unwrap
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.episodes import (
     DecisionPoint,
     LiveEpisode,
     Policy,

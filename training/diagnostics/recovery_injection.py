@@ -1,6 +1,6 @@
 """Mistake injection: force one move at a given turn and measure how often a policy still
 succeeds under the budget (the paper's recovery diagnostic on top of
-:mod:`budgetmix.training.diagnostics`)."""
+:mod:`budgetmix.training.diagnostics.episodes`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.progress import ProgressLine
-from budgetmix.training.diagnostics import (
+from budgetmix.training.diagnostics.episodes import (
     DecisionPoint,
     Policy,
     QFunction,

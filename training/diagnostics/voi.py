@@ -80,7 +80,7 @@ class ExactModel:
 
 
 def _frozenlake(kwargs: Mapping[str, Any]) -> ExactModel:
-    from budgetmix.training.diagnostics import frozenlake_q
+    from budgetmix.training.diagnostics.episodes import frozenlake_q
     from budgetmix.training.envs.frozenlake_compact import DEMO_MAP, MOVE_LETTERS, parse_move
     from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
     from budgetmix.training.envs.frozenlake_oracle import find_ceiling as map_ceiling

@@ -4,7 +4,7 @@ TRL calls ``rollout_func(prompts, trainer)`` with the prompts of its batch,
 each repeated ``num_generations`` times in a row, and expects
 ``prompt_ids``, ``completion_ids``, ``logprobs`` and optionally ``env_mask``
 (1 = model token, 0 = environment token), plus any extra fields, which it
-forwards to the reward functions. Our :class:`~budgetmix.training.rollout.Rollout`
+forwards to the reward functions. Our :class:`~budgetmix.training.rollouts.rollout.Rollout`
 maps one to one: ``completion_ids = response_ids``, ``env_mask = response_mask``.
 
 Each dataset prompt is a task id (``{"prompt": "echo-17"}``); the adapter
@@ -16,8 +16,8 @@ hands back to TRL.
 
 Sampling: with ``GRPOConfig(use_vllm=True)`` (server or colocate mode) every turn
 is sampled by vLLM through TRL's own client or engine, with the weights TRL synced
-before the call (:mod:`budgetmix.training.trl_vllm`); without it, by the trainer's
-model in-process (:class:`~budgetmix.training.generation.ModelGenerator`).
+before the call (:mod:`budgetmix.training.engines.trl_vllm`); without it, by the trainer's
+model in-process (:class:`~budgetmix.training.rollouts.generation.ModelGenerator`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import torch
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import BudgetSampler
-from budgetmix.training.chat import ChatCodec
-from budgetmix.training.generation import ModelGenerator, TokenGenerator
-from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
-from budgetmix.training.trl_vllm import trl_vllm_generator
+from budgetmix.training.engines.trl_vllm import trl_vllm_generator
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import ModelGenerator, TokenGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
 
 __all__ = ["budget_reward", "make_rollout_func", "rollout_fields"]
 
@@ -74,9 +74,9 @@ def make_rollout_func(
     """Build a ``rollout_func`` for ``trl.GRPOTrainer(rollout_func=...)``.
 
     ``generator_factory(model)`` replaces sampling from the trainer's model
-    (e.g. a :class:`~budgetmix.training.generation.ScriptedGenerator` in tests).
+    (e.g. a :class:`~budgetmix.training.rollouts.generation.ScriptedGenerator` in tests).
     ``use_vllm`` (default: the trainer's ``use_vllm``) samples every turn through
-    ``trainer.vllm_generation`` (:func:`~budgetmix.training.trl_vllm.trl_vllm_generator`,
+    ``trainer.vllm_generation`` (:func:`~budgetmix.training.engines.trl_vllm.trl_vllm_generator`,
     TRL's sampling settings; ``temperature`` here is then unused).
 
     Raises:

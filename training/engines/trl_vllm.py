@@ -18,7 +18,7 @@ Both sample with TRL's settings (``temperature``, ``top_p``, ``top_k``, ``min_p`
 ``repetition_penalty``, ``generation_kwargs``), stop at the chat template's stop ids
 (``stop_token_ids``, included in the returned ids by vLLM), and return the
 log-prob vLLM gave each sampled id. vLLM's prefix cache plays the part of
-:class:`~budgetmix.training.generation.ModelGenerator`'s KV cache across turns.
+:class:`~budgetmix.training.rollouts.generation.ModelGenerator`'s KV cache across turns.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from budgetmix.exceptions import ConfigError, MissingExtraError
-from budgetmix.training.generation import GenerationRequest
-from budgetmix.training.sampler import Generation
+from budgetmix.training.rollouts.generation import GenerationRequest
+from budgetmix.training.rollouts.sampler import Generation
 
 __all__ = [
     "Completion",
@@ -56,7 +56,7 @@ def _sampled_logprob(token: int, logprobs: Sequence[float | None], ids: Sequence
 
 
 class EngineGenerator:
-    """A :class:`~budgetmix.training.generation.TokenGenerator` over an inference engine.
+    """A :class:`~budgetmix.training.rollouts.generation.TokenGenerator` over an inference engine.
 
     ``complete`` sends every active episode's context ids at once (one turn) and
     returns what the engine sampled; a response is ``stopped`` when its last id is

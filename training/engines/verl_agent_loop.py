@@ -3,7 +3,7 @@
 Import this module only inside a verl job (it subclasses verl's ``AgentLoopBase``;
 written against verl 0.9.1, ``verl.experimental.agent_loop``). Each ``run`` call plays
 one budget-aware episode of the configured environment in the trained chat layout
-(:func:`~budgetmix.training.rollout.run_rollouts`), every turn sampled by verl's
+(:func:`~budgetmix.training.rollouts.rollout.run_rollouts`), every turn sampled by verl's
 server manager (``await server_manager.generate(request_id=..., prompt_ids=...,
 sampling_params=...)``, token ids in and out, one request id per episode so its
 turns stick to one server's prefix cache), and returns verl's ``AgentLoopOutput``:
@@ -17,7 +17,7 @@ Configure it in the file verl reads from
 keys to ``__init__``)::
 
     - name: budgetmix
-      _target_: budgetmix.training.verl_agent_loop.BudgetmixAgentLoop
+      _target_: budgetmix.training.engines.verl_agent_loop.BudgetmixAgentLoop
       env: echo
       env_kwargs: {letters: abcd, min_len: 1, max_len: 3}
       sampler: {kind: budgetmix, ceiling: 4}
@@ -38,11 +38,11 @@ from typing import Any
 
 from budgetmix.exceptions import ConfigError
 from budgetmix.policies.samplers import sampler_from_config
-from budgetmix.training.chat import ChatCodec
 from budgetmix.training.envs import env_spec
-from budgetmix.training.generation import GenerationRequest
-from budgetmix.training.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
-from budgetmix.training.sampler import Generation
+from budgetmix.training.rollouts.chat import ChatCodec
+from budgetmix.training.rollouts.generation import GenerationRequest
+from budgetmix.training.rollouts.rollout import EpisodeSpec, Rollout, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.sampler import Generation
 
 try:
     from verl.experimental.agent_loop.agent_loop import (  # type: ignore[import-not-found]
@@ -53,7 +53,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - the module is for verl jobs only
     raise ImportError(
-        "budgetmix.training.verl_agent_loop runs inside verl's agent loop: install verl "
+        "budgetmix.training.engines.verl_agent_loop runs inside verl's agent loop: install verl "
         "(written against verl 0.9.1) in the job's environment"
     ) from exc
 
@@ -61,7 +61,7 @@ __all__ = ["BudgetmixAgentLoop", "ServerManagerGenerator"]
 
 
 class ServerManagerGenerator:
-    """A :class:`~budgetmix.training.generation.TokenGenerator` over verl's server manager.
+    """A :class:`~budgetmix.training.rollouts.generation.TokenGenerator` over verl's server manager.
 
     Called from a worker thread while ``loop`` (verl's event loop) awaits it: each
     request becomes ``server_manager.generate(...)`` run on ``loop``; ids as returned

@@ -32,7 +32,7 @@ from budgetmix.training.envs.frozenlake_oracle import ACTIONS, FrozenLakeModel, 
 from budgetmix.training.envs.humaneval import HumanEvalEnv
 
 if TYPE_CHECKING:
-    from budgetmix.training.generation import GenerationRequest
+    from budgetmix.training.rollouts.generation import GenerationRequest
 
 __all__ = [
     "INVALID_ACTIONS",

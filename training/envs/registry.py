@@ -73,7 +73,7 @@ from budgetmix.training.envs.humaneval import HumanEvalEnv
 from budgetmix.training.toy import EchoEnv, echo_agent
 
 if TYPE_CHECKING:
-    from budgetmix.training.generation import DemoAgent
+    from budgetmix.training.rollouts.generation import DemoAgent
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from budgetmix.evaluation.passk import TaskCounts, pass_at_k_summary, wilson_interval
-from budgetmix.training.diagnostics import EpisodeTrace
-from budgetmix.training.experiment.stats import holm, mean_test
+from budgetmix.training.diagnostics.episodes import EpisodeTrace
+from budgetmix.training.diagnostics.stats import holm, mean_test
 
 __all__ = [
     "ArmTraces",

@@ -108,7 +108,7 @@ class ExperimentConfig:
     instead of running SFT (for ablations on one base). ``max_number``: the tiny
     model's tokenizer writes every integer up to it as one token (9: digits only, the
     char-level tokenizer of the earlier presets; see
-    :func:`~budgetmix.training.tokenizer.build_char_tokenizer`). ``init_model``: SFT
+    :func:`~budgetmix.training.rollouts.tokenizer.build_char_tokenizer`). ``init_model``: SFT
     starts from this pretrained model (a folder, or ``smollm2-135m-instruct``:
     :mod:`~budgetmix.training.experiment.pretrained`) with its own tokenizer.
 

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from budgetmix.exceptions import ConfigError
+from budgetmix.training.diagnostics.stats import hierarchical_bootstrap, mean_test, sign_flip_test
 from budgetmix.training.experiment.config import ExperimentConfig, experiment_preset
-from budgetmix.training.experiment.stats import hierarchical_bootstrap, mean_test, sign_flip_test
 
 __all__ = [
     "GATE_FRACTIONS",
@@ -77,16 +77,16 @@ def gate_verdict(
 ) -> dict[str, Any]:
     """VoI per design budget at ``error_rate`` and whether the gate passes.
 
-    The exact VoI (:func:`~budgetmix.training.envs.voi.env_voi`) of ``config``'s
+    The exact VoI (:func:`~budgetmix.training.diagnostics.voi.env_voi`) of ``config``'s
     environment at the design's own ceiling and fractions, read by
-    :func:`~budgetmix.training.envs.voi.gate` at :data:`GATE_FRACTIONS`;
+    :func:`~budgetmix.training.diagnostics.voi.gate` at :data:`GATE_FRACTIONS`;
     ``source`` says where the rate was measured (kept in the verdict).
 
     Raises:
         ConfigError: an error rate outside [0, 1], or an environment without an
             exact model.
     """
-    from budgetmix.training.envs.voi import env_voi, gate
+    from budgetmix.training.diagnostics.voi import env_voi, gate
     from budgetmix.training.experiment.environments import experiment_env
 
     env = experiment_env(config)
@@ -183,7 +183,7 @@ def _unit_path(out: Path, arm: str, base: int, seed: int) -> Path:
 
 def _evaluate(run: Any, arm: str, path: Path, seed: int) -> dict[str, Any]:
     """One checkpoint on the shared evaluation episodes, and its start-state sensitivity."""
-    from budgetmix.training.budget_sensitivity import budget_sensitivity
+    from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity
     from budgetmix.training.experiment.run import SENSITIVITY_OFFSET
 
     cfg, fmt = run.cfg, run.fmt(arm)
@@ -228,9 +228,9 @@ def run_base(
 
     Everything finished is reused (resume): the base, each RL run, each unit file.
     """
+    from budgetmix.training.data.reproducibility import reproducible
     from budgetmix.training.experiment.analysis import train_summary
     from budgetmix.training.experiment.run import ExperimentRun
-    from budgetmix.training.reproducibility import reproducible
 
     cfg = config.with_overrides(seed=base)
     run = ExperimentRun(cfg, out / f"base{base}", progress)

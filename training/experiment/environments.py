@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.diagnostics import QFunction, frozenlake_q
+from budgetmix.training.diagnostics.episodes import QFunction, frozenlake_q
 from budgetmix.training.envs.fault_chain_compact import CHAIN_ENV_NAME
 from budgetmix.training.envs.faulty_tools_compact import TOOLS_COMPACT_ENV_NAME
 from budgetmix.training.envs.frozenlake_compact import COMPACT_ENV_NAME, MOVE_LETTERS, parse_move

@@ -4,7 +4,7 @@ The model sees exactly what it saw in training rollouts: the chat of the
 decision point (instructions, then observation + budget notice messages and its
 own earlier replies) rendered by the tokenizer's chat template, ending with the
 assistant generation prompt. Replies are sampled (temperature as in training)
-with the trainer's batched :class:`~budgetmix.training.generation.ModelGenerator`
+with the trainer's batched :class:`~budgetmix.training.rollouts.generation.ModelGenerator`
 from a seeded generator, so a policy's actions are reproducible.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from budgetmix.ledger import LedgerState, fixed_clock_ledger
-from budgetmix.training.diagnostics import DecisionPoint, Policy
+from budgetmix.training.diagnostics.episodes import DecisionPoint, Policy
 
 __all__ = ["LMPolicy", "load_lm_policy", "next_token_probabilities"]
 
@@ -49,8 +49,8 @@ class LMPolicy:
         batch_size: int = 128,
         seed: int = 0,
     ) -> None:
-        from budgetmix.training.chat import ChatCodec
-        from budgetmix.training.generation import ModelGenerator
+        from budgetmix.training.rollouts.chat import ChatCodec
+        from budgetmix.training.rollouts.generation import ModelGenerator
 
         self.codec = ChatCodec(tokenizer)
         self.max_new_tokens = max_new_tokens
@@ -74,11 +74,11 @@ class LMPolicy:
         Each episode (task, seed, budget; the n-th such point of a call) keeps its KV
         cache from one call to the next: the next turn of an episode feeds only its
         new ids, and the same points asked again
-        (:func:`~budgetmix.training.action_quality.expected_q`) feed only the sampled
+        (:func:`~budgetmix.training.diagnostics.action_quality.expected_q`) feed only the sampled
         ids again. The sampler rewinds a cache to the longest common prefix, so a key
         that meets another context still samples it exactly.
         """
-        from budgetmix.training.generation import GenerationRequest
+        from budgetmix.training.rollouts.generation import GenerationRequest
 
         if not points:
             return []
@@ -108,7 +108,7 @@ def load_lm_policy(path: str | Path, **kwargs: Any) -> tuple[Policy, Any, Any]:
         ConfigError: ``path`` is not a model directory.
         MissingExtraError: torch/transformers are not installed.
     """
-    from budgetmix.training.models import load_pretrained
+    from budgetmix.training.data.models import load_pretrained
 
     model, tokenizer = load_pretrained(path)
     model.eval()

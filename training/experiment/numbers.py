@@ -3,7 +3,7 @@
 Two parts, both fixed before training:
 
 * the tokenizer writes every integer up to ``max_number`` as one token
-  (:func:`~budgetmix.training.tokenizer.build_char_tokenizer`), so "5 left" and
+  (:func:`~budgetmix.training.rollouts.tokenizer.build_char_tokenizer`), so "5 left" and
   "6 left" differ in one token, not only "9 left" and "10 left" in length;
 * the embedding of each number token starts as a **signed thermometer code** of
   its value (:func:`ordinal_embeddings`): coordinate ``d`` is ``+s`` when the value
@@ -64,8 +64,8 @@ def number_model(
     Raises:
         ConfigError: a bad shape or ``max_number``.
     """
-    from budgetmix.training.models import TinyModelSpec, build_tiny_model
-    from budgetmix.training.tokenizer import build_char_tokenizer
+    from budgetmix.training.data.models import TinyModelSpec, build_tiny_model
+    from budgetmix.training.rollouts.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer(max_number=max_number)
     spec = TinyModelSpec(

@@ -5,7 +5,7 @@ and measures on pilot episodes (slip seeds from :data:`PILOT_SEED_BASE`, disjoin
 from every confirmatory range):
 
 * the budget sensitivity at the start state
-  (:func:`~budgetmix.training.budget_sensitivity.budget_sensitivity`): whether the
+  (:func:`~budgetmix.training.diagnostics.budget_sensitivity.budget_sensitivity`): whether the
   model reads the turns-left count, at the environment's own threshold;
 * the base's **measured error rate**: on its own episodes at every design budget,
   the share of its moves that are not the exact optimum, among decision points
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.budget_sensitivity import budget_sensitivity
-from budgetmix.training.diagnostics import EpisodeTrace, QFunction, run_episodes
+from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity
+from budgetmix.training.diagnostics.episodes import EpisodeTrace, QFunction, run_episodes
 from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.config import ExperimentConfig
 
@@ -44,8 +44,8 @@ def measured_error_rate(
     """The share of non-optimal moves at decision points with one optimal move.
 
     The moves the base *took* on its own episodes, graded at the points
-    :func:`~budgetmix.training.action_quality.unique_best` keeps (one best move, by more
-    than 1e-9); :func:`~budgetmix.training.action_quality.measure_error_rate` is the
+    :func:`~budgetmix.training.diagnostics.action_quality.unique_best` keeps (one best move, by more
+    than 1e-9); :func:`~budgetmix.training.diagnostics.action_quality.measure_error_rate` is the
     same share from fresh draws at given points. A reply that is none of the moves
     counts as an error. Returns ``rate``, the number of ``points`` and ``errors``, and
     a normal 95% interval (it treats the points as independent; points of one episode
@@ -54,7 +54,7 @@ def measured_error_rate(
     Raises:
         ConfigError: no decision point has a single optimal move.
     """
-    from budgetmix.training.action_quality import unique_best
+    from budgetmix.training.diagnostics.action_quality import unique_best
 
     taken = {id(p): a for tr in traces for p, a in zip(tr.points, tr.actions, strict=False)}
     graded = unique_best([p for tr in traces for p in tr.points if id(p) in taken], q, moves,
@@ -121,9 +121,9 @@ def sft_pilot(
         ConfigError: an invalid config or checkpoint, or a start state that is not
             budget-dependent.
     """
+    from budgetmix.training.data.reproducibility import reproducible
     from budgetmix.training.experiment.lm import load_lm_policy
     from budgetmix.training.experiment.run import ExperimentRun
-    from budgetmix.training.reproducibility import reproducible
 
     steps = sorted(set(checkpoints))
     if any(not isinstance(k, int) or not 0 < k < config.sft_steps for k in steps):
@@ -154,8 +154,8 @@ def _train_measuring(
 ) -> Path:
     """Train ``run``'s SFT base (``run`` an ``ExperimentRun``) in one run, measuring it
     after each of ``steps`` (appended to ``curve``); the final model's directory."""
+    from budgetmix.training.data.reproducibility import reproducible
     from budgetmix.training.experiment.lm import LMPolicy
-    from budgetmix.training.reproducibility import reproducible
     from budgetmix.training.trainer import Trainer
 
     config = run.cfg

@@ -30,15 +30,17 @@ from typing import Any
 from budgetmix.environment import Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.progress import ProgressLine
-from budgetmix.training.action_quality import compare_expected
-from budgetmix.training.budget_sensitivity import budget_sensitivity
-from budgetmix.training.diagnostics import (
+from budgetmix.training.data.reproducibility import reproducible
+from budgetmix.training.diagnostics.action_quality import compare_expected
+from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity
+from budgetmix.training.diagnostics.episodes import (
     DecisionPoint,
     EpisodeTrace,
     Policy,
     invalid_reply,
     run_episodes,
 )
+from budgetmix.training.diagnostics.recovery_injection import recovery_injection
 from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.analysis import (
     ArmTraces,
@@ -55,8 +57,6 @@ from budgetmix.training.experiment.analysis import (
 )
 from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
 from budgetmix.training.experiment.environments import experiment_env
-from budgetmix.training.recovery_injection import recovery_injection
-from budgetmix.training.reproducibility import reproducible
 
 __all__ = ["ExperimentReport", "ExperimentRun", "run_experiment"]
 
@@ -241,7 +241,7 @@ class ExperimentRun:
         A finished run already in ``out_dir`` (its ``final/`` and log) is reused, so a
         rerun after a failure in a later stage does not train again.
         """
-        from budgetmix.training.metrics import MetricsLog
+        from budgetmix.training.data.metrics import MetricsLog
         from budgetmix.training.trainer import train
 
         done = self.out / "runs" / f"{method}-s{seed}"
@@ -445,8 +445,8 @@ def run_experiment(
         MissingExtraError: torch/transformers/accelerate/gymnasium (or matplotlib,
             for the plots) are not installed.
     """
+    from budgetmix.training.data.provenance import record_run_fingerprint
     from budgetmix.training.experiment.report import write_report
-    from budgetmix.training.provenance import record_run_fingerprint
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

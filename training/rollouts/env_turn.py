@@ -1,7 +1,7 @@
 """One turn of the episode layout: the reply's chat row and the environment's answer.
 
-The one home of what a training rollout (:mod:`budgetmix.training.rollout`) and a
-served checkpoint (:class:`budgetmix.training.serve.TrainedPolicyAgent`) do with a
+The one home of what a training rollout (:mod:`budgetmix.training.rollouts.rollout`) and a
+served checkpoint (:class:`budgetmix.training.serving.serve.TrainedPolicyAgent`) do with a
 sampled reply, so both build the same chat (docs/layout.md):
 
 * :func:`reply_message`: the assistant row; with tools, the template's parser turns
@@ -21,7 +21,7 @@ from typing import Any
 
 from budgetmix.environment import StepResult
 from budgetmix.notice import append_notice
-from budgetmix.training.chat import ChatCodec
+from budgetmix.training.rollouts.chat import ChatCodec
 
 __all__ = ["combined", "environment_answer", "reply_message", "with_notice"]
 

@@ -3,7 +3,7 @@
 A generator receives the context ids of every active episode and returns the
 sampled ids with their log-probabilities. :class:`ModelGenerator` samples all
 episodes of a batch in one forward pass per token and keeps each episode's KV
-cache from one turn to the next (:mod:`budgetmix.training.sampler`), so a
+cache from one turn to the next (:mod:`budgetmix.training.rollouts.sampler`), so a
 turn costs only its new ids. :class:`ScriptedGenerator` asks a
 scripted agent for its reply and writes it as the chat template's canonical
 rendering of that assistant message, so demonstrations for SFT have exactly
@@ -21,11 +21,16 @@ from budgetmix.environment import Environment
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import LedgerState
 from budgetmix.training.envs.demo import DemoReply
-from budgetmix.training.sampler import Generation, KVCacheSampler, SamplingRule, stop_token_ids
+from budgetmix.training.rollouts.sampler import (
+    Generation,
+    KVCacheSampler,
+    SamplingRule,
+    stop_token_ids,
+)
 
 if TYPE_CHECKING:
     from budgetmix.adapters.base import ToolSpec
-    from budgetmix.training.chat import ChatCodec
+    from budgetmix.training.rollouts.chat import ChatCodec
 
 __all__ = [
     "DemoAgent",
@@ -77,14 +82,14 @@ DemoAgent = Callable[[GenerationRequest], "str | Mapping[str, Any] | DemoReply"]
 class ScriptedGenerator:
     """Generations written by a scripted agent (demonstrations, tests); log-probs are 0.
 
-    With a :class:`~budgetmix.training.chat.ChatCodec` the reply is the template's
+    With a :class:`~budgetmix.training.rollouts.chat.ChatCodec` the reply is the template's
     canonical rendering of the agent's assistant message after the request's chat
     (its end-of-turn token included); with a bare tokenizer, the encoded text
     followed by the tokenizer's EOS.
     """
 
     def __init__(self, agent: DemoAgent, codec: ChatCodec | Any) -> None:
-        from budgetmix.training.chat import ChatCodec
+        from budgetmix.training.rollouts.chat import ChatCodec
 
         self.agent = agent
         self.codec: ChatCodec | None = codec if isinstance(codec, ChatCodec) else None
@@ -134,7 +139,7 @@ class ModelGenerator:
     dropped; :meth:`reset` drops them all (do so whenever the weights change).
 
     ``stop_token_ids``: every id that ends a response (``eos_token_id`` is
-    added to them; :func:`~budgetmix.training.sampler.stop_token_ids` reads a
+    added to them; :func:`~budgetmix.training.rollouts.sampler.stop_token_ids` reads a
     model's and tokenizer's). ``temperature`` scales logits before sampling;
     the recorded log-probs are of the tempered distribution, the one the loss
     uses. ``temperature=0`` decodes greedily. ``generator`` makes sampling

@@ -10,7 +10,7 @@ message and the environment's messages: for a
 :class:`~budgetmix.training.envs.tool_env.ToolCallEnvironment` one ``tool``
 message per call (the last carries the notice; several calls are one turn), or
 a ``user`` message for a reply without calls and for a text
-:class:`~budgetmix.environment.Environment` (:mod:`budgetmix.training.env_turn`, which
+:class:`~budgetmix.environment.Environment` (:mod:`budgetmix.training.rollouts.env_turn`, which
 a served checkpoint shares). Tools go to the template on every render. The ids of
 turn n+1 are the ids so far + the sampled ids (as sampled) + the template's
 rendering of the new messages (:meth:`ChatCodec.continuation`); only sampled ids
@@ -37,10 +37,15 @@ from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import fixed_clock_ledger
 from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement, render_notice
 from budgetmix.policies.samplers import BudgetDraw
-from budgetmix.training.chat import ChatCodec, TokenDrift, TokenDriftError, environment_message
-from budgetmix.training.env_turn import environment_answer, reply_message, with_notice
 from budgetmix.training.envs.tool_env import ToolCallEnvironment
-from budgetmix.training.generation import GenerationRequest, TokenGenerator
+from budgetmix.training.rollouts.chat import (
+    ChatCodec,
+    TokenDrift,
+    TokenDriftError,
+    environment_message,
+)
+from budgetmix.training.rollouts.env_turn import environment_answer, reply_message, with_notice
+from budgetmix.training.rollouts.generation import GenerationRequest, TokenGenerator
 
 __all__ = [
     "EpisodeSpec",
@@ -62,7 +67,7 @@ class RolloutSettings:
 
     ``token_check``: ``"report"`` compares every finished rollout with a full
     re-render of its chat and records what differs in :attr:`Rollout.drifts`
-    (classified, :data:`~budgetmix.training.chat.DriftKind`); ``"strict"`` also
+    (classified, :data:`~budgetmix.training.rollouts.chat.DriftKind`); ``"strict"`` also
     raises :class:`TokenDriftError` on a template or boundary error (non-canonical
     sampled tokens are counted, never fatal).
 

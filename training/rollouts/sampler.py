@@ -20,7 +20,7 @@ each row's live columns are gathered together (amortised linear cost). The
 cache layers write new ids into a buffer grown by doubling rather than
 concatenating (which would copy the whole cache at every sampled id). While
 sampling, grouped-query ``sdpa`` layers fold their query heads instead of copying
-the cache once per head (:mod:`budgetmix.training.attention`), and the model
+the cache once per head (:mod:`budgetmix.training.rollouts.attention`), and the model
 computes logits for the last position only (``logits_to_keep=1``).
 
 Requests without an episode key (``None``) are re-read from scratch, exactly
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.attention import grouped_attention
+from budgetmix.training.rollouts.attention import grouped_attention
 
 __all__ = ["Generation", "KVCacheSampler", "SamplingRule", "common_prefix", "stop_token_ids"]
 

@@ -15,7 +15,7 @@ request fields, it answers with vLLM's response fields:
 
 Requests that arrive together are sampled in one batch (one forward pass per
 token for all of them). A conversation's KV cache is kept across requests
-(:class:`~budgetmix.training.prefix_cache.PrefixCache`, on the in-process
+(:class:`~budgetmix.training.serving.prefix_cache.PrefixCache`, on the in-process
 sampler's cache rows): a request feeds only the ids past the longest cached
 prefix, the cache holds at most ``max_cached_conversations`` conversations and
 ``max_cached_columns`` columns (least recently used evicted), and the ids are
@@ -147,7 +147,7 @@ class LocalOpenAIServer:
         log_size: int = 1024,
     ) -> None:
         import torch
-        from budgetmix.training.prefix_cache import PrefixCache
+        from budgetmix.training.serving.prefix_cache import PrefixCache
 
         if max_model_len < 1 or max_batch < 1 or log_size < 0:
             raise ConfigError(
@@ -230,7 +230,7 @@ class LocalOpenAIServer:
             ConfigError: ``path`` is no local model directory.
             CheckpointError: a file is damaged or cannot be loaded.
         """
-        from budgetmix.training.models import load_pretrained
+        from budgetmix.training.data.models import load_pretrained
 
         loaded, _tokenizer = load_pretrained(path)
         with self._lock:
@@ -362,7 +362,7 @@ class LocalOpenAIServer:
 
     def _sample(self, jobs: Sequence[_Job]) -> None:
         import torch
-        from budgetmix.training.sampler import KVCacheSampler, SamplingRule
+        from budgetmix.training.rollouts.sampler import KVCacheSampler, SamplingRule
 
         first = jobs[0]
         gen = self.generator if first.seed is None else torch.Generator().manual_seed(first.seed)

@@ -3,7 +3,7 @@
 A multi-turn conversation sent to a chat server repeats its whole history in
 every request. :class:`PrefixCache` keeps, per conversation, the KV cache of
 the ids the model last read for it (a row of the in-process sampler's
-:class:`~budgetmix.training.sampler._CacheRows`: growing buffers, rewinds,
+:class:`~budgetmix.training.rollouts.sampler._CacheRows`: growing buffers, rewinds,
 padding in the middle, compaction), and feeds a new request only the ids past
 the longest cached prefix, as vLLM's automatic prefix caching does.
 
@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.attention import grouped_attention
-from budgetmix.training.sampler import (
+from budgetmix.training.rollouts.attention import grouped_attention
+from budgetmix.training.rollouts.sampler import (
     Generation,
     SamplingRule,
     _CacheRows,

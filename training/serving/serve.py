@@ -5,7 +5,7 @@ Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
 * :class:`TrainedPolicyAgent` acts in an :class:`~budgetmix.environment.Environment`
   under the evaluator or the controller (it is a :class:`budgetmix.environment.EnvAgent`).
   It builds its context exactly like a training rollout — token in, token out, in
-  the model's chat template, with the same code (:mod:`budgetmix.training.env_turn`):
+  the model's chat template, with the same code (:mod:`budgetmix.training.rollouts.env_turn`):
   the prompt ids, then per turn the sampled ids plus the template's rendering of the
   environment's answer with the controller's notice on its last message (the bytes
   the model was trained on; earlier notices stay, as in training): for a text
@@ -14,10 +14,10 @@ Two ways to drive a checkpoint that :func:`budgetmix.training.train` wrote:
   ``tool`` message per call, the agent stepping the environment itself with the calls
   the template's parser reads from the reply. ``budgetmix eval --agent checkpoint``
   uses it. The episode's KV cache is kept from one turn to the next
-  (:class:`~budgetmix.training.sampler.KVCacheSampler`, keyed by episode), so a turn
+  (:class:`~budgetmix.training.rollouts.sampler.KVCacheSampler`, keyed by episode), so a turn
   runs the model on its new ids only, as training rollouts do. Agents built by
   :meth:`TrainedPolicyAgent.factory` with ``batch_size`` above 1 share an
-  :class:`~budgetmix.training.serve_batch.EpisodeBatcher`: the turns of an evaluation's
+  :class:`~budgetmix.training.serving.serve_batch.EpisodeBatcher`: the turns of an evaluation's
   concurrent episodes are sampled in one forward pass, each episode acting as at batch 1.
 * :func:`chat_model` loads the checkpoint as a
   :class:`~budgetmix.adapters.local.LocalChatModel` for the adapters' tool loop
@@ -48,11 +48,11 @@ from budgetmix.environment import AgentReply, Environment
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.notice import NoticePlacement, append_notice
 from budgetmix.policy import NotifyEveryTurn
-from budgetmix.training.env_turn import environment_answer, reply_message, with_notice
+from budgetmix.training.rollouts.env_turn import environment_answer, reply_message, with_notice
 
 if TYPE_CHECKING:
-    from budgetmix.training.generation import ModelGenerator
-    from budgetmix.training.serve_batch import BatchedGenerator, EpisodeBatcher
+    from budgetmix.training.rollouts.generation import ModelGenerator
+    from budgetmix.training.serving.serve_batch import BatchedGenerator, EpisodeBatcher
 
 __all__ = ["TrainedPolicyAgent", "chat_model", "deployment_notice", "episode_seed"]
 
@@ -82,7 +82,7 @@ class TrainedPolicyAgent:
             samples of a task differ and a rerun draws the same ids again (``budgetmix
             eval --agent checkpoint`` turns it on).
         tool_call_format: the parser of its tool calls (default: the template's).
-        batcher: an :class:`~budgetmix.training.serve_batch.EpisodeBatcher` of ``model``
+        batcher: an :class:`~budgetmix.training.serving.serve_batch.EpisodeBatcher` of ``model``
             shared with other agents: their concurrent turns are sampled in one forward
             pass, each episode drawing from its own stream seeded by ``seed``, so it acts
             as alone (:meth:`factory` builds such agents). ``None``: batch 1.
@@ -119,8 +119,8 @@ class TrainedPolicyAgent:
             raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
-        from budgetmix.training.chat import ChatCodec
-        from budgetmix.training.generation import ModelGenerator
+        from budgetmix.training.rollouts.chat import ChatCodec
+        from budgetmix.training.rollouts.generation import ModelGenerator
 
         self.codec = ChatCodec.for_model(model, tokenizer, tool_call_format=tool_call_format)
         self.max_new_tokens = max_new_tokens
@@ -157,7 +157,7 @@ class TrainedPolicyAgent:
         """A fresh agent per call (an evaluator's ``agent_factory``), all on ``model``.
 
         With ``batch_size`` above 1 the agents share one
-        :class:`~budgetmix.training.serve_batch.EpisodeBatcher`: up to ``batch_size``
+        :class:`~budgetmix.training.serving.serve_batch.EpisodeBatcher`: up to ``batch_size``
         concurrent episodes are sampled in one forward pass (a turn waits ``flush_s`` at
         most for the others', and for those being prefilled), and each acts as a batch-1
         agent with the same ``options`` would. ``options`` are the constructor's
@@ -168,7 +168,7 @@ class TrainedPolicyAgent:
         Raises:
             ConfigError: ``batch_size`` below 1, a negative ``flush_s``, or a bad option.
         """
-        from budgetmix.training.serve_batch import EpisodeBatcher
+        from budgetmix.training.serving.serve_batch import EpisodeBatcher
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -196,8 +196,8 @@ class TrainedPolicyAgent:
                 records an unknown parser.
             CheckpointError: a file is damaged (the message names it) or cannot be loaded.
         """
-        from budgetmix.training.models import load_pretrained
-        from budgetmix.training.provenance import read_training_grace, read_training_parser
+        from budgetmix.training.data.models import load_pretrained
+        from budgetmix.training.data.provenance import read_training_grace, read_training_parser
 
         model, tokenizer = load_pretrained(path)
         options.setdefault("tool_call_format", read_training_parser(path))
@@ -302,7 +302,7 @@ def deployment_notice(path: str | Path) -> NotifyEveryTurn | None:
     Raises:
         ConfigError: the file records an unknown placement or format.
     """
-    from budgetmix.training.provenance import read_training_notice
+    from budgetmix.training.data.provenance import read_training_notice
 
     notice = read_training_notice(path)
     if notice is None:
@@ -326,7 +326,7 @@ def chat_model(path: str | Path, **options: Any) -> Any:
         CheckpointError: a file the manifest lists is damaged (the message names it).
     """
     from budgetmix.adapters.local import LocalChatModel
-    from budgetmix.training.provenance import read_training_grace, read_training_parser
+    from budgetmix.training.data.provenance import read_training_grace, read_training_parser
 
     options.setdefault("tool_call_format", read_training_parser(path))
     model = LocalChatModel.from_pretrained(path, local_files_only=True, **options)

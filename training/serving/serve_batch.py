@@ -1,7 +1,7 @@
 """Batched checkpoint serving: the turns of concurrent episodes sampled in one forward pass.
 
 The evaluator plays ``concurrency`` episodes at once, one
-:class:`~budgetmix.training.serve.TrainedPolicyAgent` each, every agent calling ``act``
+:class:`~budgetmix.training.serving.serve.TrainedPolicyAgent` each, every agent calling ``act``
 from its own thread. Agents built by :meth:`TrainedPolicyAgent.factory` with
 ``batch_size`` above 1 share one :class:`EpisodeBatcher`: a turn's request waits until
 ``batch_size`` requests are pending, or every episode in flight has one pending, or the
@@ -10,12 +10,12 @@ waiting threads samples them all together (one forward pass per sampled id for t
 batch) and hands each episode its response.
 
 Each episode keeps its KV cache from one turn to the next (a row of the sampler's cache
-rows, :mod:`budgetmix.training.sampler`), so a turn feeds the model its new ids only. A
+rows, :mod:`budgetmix.training.rollouts.sampler`), so a turn feeds the model its new ids only. A
 batch whose episodes are exactly those of one earlier batch runs on that batch's cache as
 it is; otherwise their rows are gathered into one cache (copied, padded on the left), and
 each forward pass pads in the middle, as the training sampler's batches do. Long new ids
 (a new episode's prompt) are not padded to: such a row is prefilled in a forward pass of
-its own and joined into the batch for the decoding (:mod:`budgetmix.training.serve_rows`).
+its own and joined into the batch for the decoding (:mod:`budgetmix.training.serving.serve_rows`).
 
 The same responses as batch 1: every agent draws from its own ``torch.Generator`` (seeded
 with the agent's seed, as a batch-1 agent's is), one draw per id of its own response and
@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 from budgetmix.exceptions import ConfigError
-from budgetmix.training.sampler import Generation, SamplingRule, stop_token_ids
-from budgetmix.training.serve_rows import EpisodeRows, Prefill
+from budgetmix.training.rollouts.sampler import Generation, SamplingRule, stop_token_ids
+from budgetmix.training.serving.serve_rows import EpisodeRows, Prefill
 
 __all__ = ["BatchedGenerator", "EpisodeBatcher"]
 

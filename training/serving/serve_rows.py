@@ -1,6 +1,6 @@
 """The KV cache rows of a batched evaluation's episodes, and one batch's sampling on them.
 
-:class:`~budgetmix.training.serve_batch.EpisodeBatcher` samples the turns of concurrent
+:class:`~budgetmix.training.serving.serve_batch.EpisodeBatcher` samples the turns of concurrent
 episodes together; this module holds their caches and runs a batch. A turn first feeds
 each episode the ids its cache has not seen (the prompt of a new episode, the sampled
 last id and the environment's answer of one going on), then decodes one id per row per
@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from budgetmix.training.attention import grouped_attention
-from budgetmix.training.prefix_cache import _fill, _Source
-from budgetmix.training.sampler import (
+from budgetmix.training.rollouts.attention import grouped_attention
+from budgetmix.training.rollouts.sampler import (
     Generation,
     SamplingRule,
     _CacheRows,
@@ -35,9 +34,10 @@ from budgetmix.training.sampler import (
     _suffix,
     common_prefix,
 )
+from budgetmix.training.serving.prefix_cache import _fill, _Source
 
 if TYPE_CHECKING:
-    from budgetmix.training.serve_batch import _Request
+    from budgetmix.training.serving.serve_batch import _Request
 
 #: A turn with more new ids than this is prefilled alone (its thread, its own forward pass).
 PREFILL_IDS = 32
@@ -220,7 +220,7 @@ class EpisodeRows:
 
 def _join(rows: _CacheRows, sources: Sequence[_Source], spare: int) -> None:
     """Copy each source row (left-padded with masked columns) into the fresh ``rows``, as
-    :func:`~budgetmix.training.prefix_cache._fill` does, into buffers with ``spare`` free
+    :func:`~budgetmix.training.serving.prefix_cache._fill` does, into buffers with ``spare`` free
     columns on the right: the decoding writes its ids there in place (no buffer grown, so
     no second copy of the batch's cache)."""
     groups = [s.group for s in sources if s.group is not None]

@@ -6,11 +6,11 @@
 (``env.controller_tools()``), and ``run_agent`` over an ``openai.OpenAI``
 client (or the team's own loop over ``budgeted(client)``: ``agent=``), against
 an OpenAI-compatible server: vLLM, or
-:class:`~budgetmix.training.openai_server.LocalOpenAIServer` on CPU. The server
+:class:`~budgetmix.training.serving.openai_server.LocalOpenAIServer` on CPU. The server
 renders the chat template itself; what is trained is what it saw and sampled.
 
 Token ids come from the server, never re-tokenized here. The client's HTTP
-transport (:class:`~budgetmix.training.server_tokens.TokenCapture`) adds vLLM's
+transport (:class:`~budgetmix.training.serving.server_tokens.TokenCapture`) adds vLLM's
 request fields to every Chat Completions request (``return_token_ids``, ``logprobs``,
 ``return_tokens_as_token_ids``) and records, per request, the response's
 ``prompt_token_ids``, ``choices[0].token_ids`` and the log-prob of each sampled
@@ -19,7 +19,7 @@ id. A server that returns no ids fails the batch with a
 
 Stitching: the prompt ids of turn n+1 must start with the prompt ids + the
 completion ids of turn n (a prefix-stable template, ids kept as sampled). Then
-an episode is one :class:`~budgetmix.training.rollout.Rollout` whose ids are the
+an episode is one :class:`~budgetmix.training.rollouts.rollout.Rollout` whose ids are the
 last prompt + its completion, ``response_mask`` 1 exactly on the completion ids,
 ``logprobs`` the server's. Otherwise (a template that re-renders earlier turns,
 a reply re-tokenized differently) the episode falls back to one row per turn
@@ -28,7 +28,7 @@ each row) and is counted in :attr:`ServerRollouts.report`.
 
 Weights: the server must sample from the current policy; see docs/training.md
 ("Server rollouts") for vLLM's weight-transfer endpoints, and
-:class:`~budgetmix.training.openai_server.LocalOpenAIServer` (shared model object or
+:class:`~budgetmix.training.serving.openai_server.LocalOpenAIServer` (shared model object or
 ``/reload_weights``).
 """
 
@@ -52,14 +52,20 @@ from budgetmix.exceptions import ConfigError, ProviderError
 from budgetmix.policies import NotifyEveryTurn
 from budgetmix.policies.samplers import BudgetDraw
 from budgetmix.training.envs.tool_env import ToolEnv
-from budgetmix.training.rollout import (
+from budgetmix.training.rollouts.rollout import (
     EpisodeSpec,
     Rollout,
     RolloutSettings,
     RolloutStep,
     Termination,
 )
-from budgetmix.training.server_tokens import StitchedRow, TokenCapture, TokenLog, stitch, token_log
+from budgetmix.training.serving.server_tokens import (
+    StitchedRow,
+    TokenCapture,
+    TokenLog,
+    stitch,
+    token_log,
+)
 
 __all__ = [
     "EpisodeAgent",

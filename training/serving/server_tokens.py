@@ -7,7 +7,7 @@ vLLM returns the ids a Chat Completions request was fed and sampled when asked
 an httpx transport under the OpenAI client, asks every request for them and
 records each response's :class:`Exchange` in the :class:`TokenLog` of the
 episode played in its thread (:data:`token_log`). :func:`stitch` turns one
-episode's exchanges into training rows (see :mod:`budgetmix.training.server_rollout`).
+episode's exchanges into training rows (see :mod:`budgetmix.training.serving.server_rollout`).
 """
 
 from __future__ import annotations

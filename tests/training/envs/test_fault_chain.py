@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 from budgetmix.environment import EnvStateError
-from budgetmix.training.diagnostics import DecisionPoint, pointwise, run_episodes
+from budgetmix.training.diagnostics.episodes import DecisionPoint, pointwise, run_episodes
+from budgetmix.training.diagnostics.voi import env_voi, gate
 from budgetmix.training.envs import env_spec, env_tasks, make_env
 from budgetmix.training.envs.fault_chain_compact import CompactFaultChain
 from budgetmix.training.envs.fault_chain_oracle import (
@@ -25,7 +26,6 @@ from budgetmix.training.envs.fault_chain_oracle import (
     repair_headroom,
 )
 from budgetmix.training.envs.mdp import blind_optimum, finite_horizon_values
-from budgetmix.training.envs.voi import env_voi, gate
 
 KW = {"hops": 2, "fault_p": 0.3, "guess_p": 0.4}
 MOVES = [*CHAIN_MOVES, "??"]  # every move and a reply that is none

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 from budgetmix.environment import EnvStateError, Task
-from budgetmix.training.budget_sensitivity import budget_sensitivity
-from budgetmix.training.diagnostics import DecisionPoint, pointwise, run_episodes
+from budgetmix.training.diagnostics.budget_sensitivity import budget_sensitivity
+from budgetmix.training.diagnostics.episodes import DecisionPoint, pointwise, run_episodes
 from budgetmix.training.envs import env_spec, env_tasks, make_env
 from budgetmix.training.envs.faulty_tools_compact import CompactFaultyTools
 from budgetmix.training.envs.faulty_tools_oracle import (

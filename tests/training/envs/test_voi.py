@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from _mdp_brute import all_tables, success_within
 from budgetmix.exceptions import ConfigError
+from budgetmix.training.diagnostics.voi import env_voi, exact_model, gate, voi_table
 from budgetmix.training.envs.faulty_tools_oracle import ToolsModel
 from budgetmix.training.envs.frozenlake_oracle import FrozenLakeModel
-from budgetmix.training.envs.voi import env_voi, exact_model, gate, voi_table
 
 SECOND_MAP = ("SFFF", "FFHF", "FFHH", "FFFG")
 
