@@ -9,7 +9,7 @@ schemas use in practice (see :func:`validate_json`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from budgetmix.adapters._wire import WireKind, declared_tool
@@ -68,6 +68,15 @@ def validate_json(schema: Mapping[str, Any], value: Any, path: str = "$") -> str
     """
     if not isinstance(schema, Mapping):
         return None
+    return (
+        _check_value(schema, value, path)
+        or _check_combinators(schema, value, path)
+        or _check_children(schema, value, path)
+    )
+
+
+def _check_value(schema: Mapping[str, Any], value: Any, path: str) -> str | None:
+    """``type``, ``enum`` and ``const``."""
     types = schema.get("type")
     names = [types] if isinstance(types, str) else [t for t in as_seq(types) if isinstance(t, str)]
     if names and not any(_type_ok(value, t) for t in names):
@@ -77,23 +86,31 @@ def validate_json(schema: Mapping[str, Any], value: Any, path: str = "$") -> str
         return f"{path}: {repr_bounded(value)} is not one of {repr_bounded(enum)}"
     if "const" in schema and value != schema["const"]:
         return f"{path}: expected {repr_bounded(schema['const'])}"
+    return None
+
+
+def _check_combinators(schema: Mapping[str, Any], value: Any, path: str) -> str | None:
+    """``anyOf``, ``oneOf`` (at least one must hold) and ``allOf`` (each must)."""
     for key in ("anyOf", "oneOf"):
         options = as_seq(schema.get(key))
         if options and all(validate_json(s, value, path) is not None for s in options):
             return f"{path}: matches none of {key}"
-    for sub in as_seq(schema.get("allOf")):
-        err = validate_json(sub, value, path)
-        if err:
-            return err
+    return _first(validate_json(sub, value, path) for sub in as_seq(schema.get("allOf")))
+
+
+def _check_children(schema: Mapping[str, Any], value: Any, path: str) -> str | None:
+    """An object's properties, or an array's ``items``."""
     if isinstance(value, dict):
         return _validate_object(schema, value, path)
     items = schema.get("items")
     if isinstance(value, list) and isinstance(items, Mapping):
-        for i, item in enumerate(value):
-            err = validate_json(items, item, f"{path}[{i}]")
-            if err:
-                return err
+        return _first(validate_json(items, x, f"{path}[{i}]") for i, x in enumerate(value))
     return None
+
+
+def _first(errors: Iterable[str | None]) -> str | None:
+    """The first error of ``errors`` (evaluated lazily), or ``None``."""
+    return next((e for e in errors if e), None)
 
 
 def _validate_object(schema: Mapping[str, Any], value: dict[str, Any], path: str) -> str | None:

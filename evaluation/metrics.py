@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from budgetmix.evaluation.failures import FAILURE_CATEGORIES
@@ -75,6 +75,11 @@ def _cost_of(r: EpisodeRecord, metric: str) -> float:
     return float(r.model_calls)
 
 
+def _share(rows: Sequence[EpisodeRecord], keep: Callable[[EpisodeRecord], bool]) -> float | None:
+    """The share of ``rows`` that ``keep`` holds for (``None`` for no rows)."""
+    return sum(1 for r in rows if keep(r)) / len(rows) if rows else None
+
+
 def _recovery(rs: Sequence[EpisodeRecord]) -> dict[str, Any]:
     calls = sum(r.model_calls for r in rs)
     mistakes = sum(r.mistakes for r in rs)
@@ -87,27 +92,31 @@ def _recovery(rs: Sequence[EpisodeRecord]) -> dict[str, Any]:
         "recovery_rate": (sum(r.recovered_mistakes for r in rs) / mistakes) if mistakes else None,
         "turns_to_recover_mean": _mean(ttr),
         "turns_to_recover_median": statistics.median(ttr) if ttr else None,
-        "recovered_in_budget": (
-            sum(1 for r in with_m if r.unrecovered == 0) / len(with_m) if with_m else None
-        ),
-        "success_after_mistake": (
-            sum(1 for r in with_m if r.success) / len(with_m) if with_m else None
-        ),
+        "recovered_in_budget": _share(with_m, lambda r: r.unrecovered == 0),
+        "success_after_mistake": _share(with_m, lambda r: r.success),
     }
-    steps = {r.fault_step for r in rs if r.fault_step is not None}
-    if steps:
-        hit = [r for r in rs if r.fault_injected]
-        turns = [float(r.fault_turns_to_recover) for r in hit if r.fault_turns_to_recover]
-        step = min(steps)
-        out["fault"] = {
-            "fault_step": step,
-            "budget_left": max(0, rs[0].budget - step),
-            "episodes_reached": len(hit),
-            "recovered": sum(1 for r in hit if r.fault_recovered) / len(hit) if hit else None,
-            "solved": sum(1 for r in hit if r.success) / len(hit) if hit else None,
-            "turns_to_recover_mean": _mean(turns),
-        }
+    fault = _fault(rs)
+    if fault is not None:
+        out["fault"] = fault
     return out
+
+
+def _fault(rs: Sequence[EpisodeRecord]) -> dict[str, Any] | None:
+    """The injected fault's outcome (``None`` when no episode had one scheduled)."""
+    steps = {r.fault_step for r in rs if r.fault_step is not None}
+    if not steps:
+        return None
+    hit = [r for r in rs if r.fault_injected]
+    turns = [float(r.fault_turns_to_recover) for r in hit if r.fault_turns_to_recover]
+    step = min(steps)
+    return {
+        "fault_step": step,
+        "budget_left": max(0, rs[0].budget - step),
+        "episodes_reached": len(hit),
+        "recovered": _share(hit, lambda r: bool(r.fault_recovered)),
+        "solved": _share(hit, lambda r: r.success),
+        "turns_to_recover_mean": _mean(turns),
+    }
 
 
 def _cost(rs: Sequence[EpisodeRecord]) -> dict[str, Any]:

@@ -8,11 +8,14 @@ spent, instead of standing at the step count it never reaches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from budgetmix.progress import ProgressLine
 from budgetmix.training.algorithms.rl_groups import progress_of
 from budgetmix.training.config import TrainConfig
 
-__all__ = ["bar_completed", "phase_lines", "rl_done"]
+__all__ = ["bar_completed", "phase_lines", "rl_done", "show_step"]
 
 
 def phase_lines(
@@ -42,3 +45,18 @@ def bar_completed(cfg: TrainConfig, step: int, tokens: int) -> float:
     steps or, when sooner, its tokens (``rl_groups.progress_of``, the schedule's rule)."""
     rl = progress_of(max(0, step - cfg.sft_steps), cfg.steps, tokens, cfg.token_budget)
     return min(step, cfg.sft_steps) + cfg.steps * min(1.0, rl)
+
+
+def show_step(
+    cfg: TrainConfig, step: int, tokens: int, record: Mapping[str, Any],
+    lines: Sequence[ProgressLine], bar: Any, task: Any,
+) -> None:  # fmt: skip
+    """Move the phase's progress line and the live bar (rich ``bar``'s ``task``) to global
+    ``step`` just taken (``record``, its log record), ``tokens`` sampled in RL so far."""
+    sft = step <= cfg.sft_steps
+    lines[0 if sft else 1].update(step if sft else rl_done(cfg, step, tokens))
+    shown = " ".join(
+        f"{k}={float(record[k]):.3f}" for k in ("sft_loss", "reward", "success") if k in record
+    )
+    bar.update(task, completed=bar_completed(cfg, step, tokens),
+               description=f"{record['phase']} {shown}")  # fmt: skip

@@ -46,7 +46,7 @@ from budgetmix.training.data.recordings import RecordedBatches
 from budgetmix.training.data.reproducibility import keyed_generator as keyed_gen
 from budgetmix.training.data.reproducibility import keyed_random, pin_kernels, reproducible
 from budgetmix.training.envs import env_spec
-from budgetmix.training.phase_progress import bar_completed, phase_lines, rl_done
+from budgetmix.training.phase_progress import phase_lines, show_step
 from budgetmix.training.rollouts.chat import ChatCodec
 from budgetmix.training.rollouts.generation import ModelGenerator, ScriptedGenerator
 from budgetmix.training.rollouts.rollout import (
@@ -384,25 +384,27 @@ class Trainer:
                 total = self.step if 0 < (cfg.token_budget or 0) <= self.rl_tokens else total
                 if (stop_after is not None and self.step >= stop_after) or self.step >= total:
                     break
-                if self.step == cfg.sft_steps and cfg.sft_steps:
-                    lines[1].begin()  # the RL phase's own clock: its ETA leaves SFT's time out
-                record = self.sft_step() if self.step < cfg.sft_steps else self.rl_step()
-                record = {"step": self.step, **record}
-                if self.acc.is_main_process:
-                    self.log.write(record)
-                self.step += 1
-                sft = self.step <= cfg.sft_steps
-                phase_done = self.step if sft else rl_done(cfg, self.step, self.rl_tokens)
-                lines[0 if sft else 1].update(phase_done)
-                shown = " ".join(
-                    f"{k}={float(record[k]):.3f}"
-                    for k in ("sft_loss", "reward", "success")
-                    if k in record
-                )
-                done = bar_completed(cfg, self.step, self.rl_tokens)  # tokens, under a token budget
-                bar.update(task, completed=done, description=f"{record['phase']} {shown}")
+                record = self._one_step(lines)
+                show_step(cfg, self.step, self.rl_tokens, record, lines, bar, task)
                 if self.step % cfg.save_every == 0 or self.step == total:
                     self.save()
+        return self._result(total)
+
+    def _one_step(self, lines: Sequence[Any]) -> dict[str, Any]:
+        """Take the next SFT or RL step and log it; its record."""
+        cfg = self.config
+        if self.step == cfg.sft_steps and cfg.sft_steps:
+            lines[1].begin()  # the RL phase's own clock: its ETA leaves SFT's time out
+        record = self.sft_step() if self.step < cfg.sft_steps else self.rl_step()
+        record = {"step": self.step, **record}
+        if self.acc.is_main_process:
+            self.log.write(record)
+        self.step += 1
+        return record
+
+    def _result(self, total: int) -> TrainResult:
+        """The run's result; a finished run (``total`` steps) saves, evaluates, fingerprints."""
+        cfg = self.config
         final = None
         evaluation: dict[str, Any] = {}
         if self.step >= total:
