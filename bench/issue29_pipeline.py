@@ -42,12 +42,15 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.STDOUT, env=ENV)  # fmt: skip
 
 
+SEEDS = ["104", "105"]  # the pilot SFT seeds (6 links, 4 links): --pilot-seeds
+
+
 def pilots(root: Path) -> None:
     common = ["--checkpoints", str(STEPS[0]), "--episodes", "32", "--set", f"sft_steps={STEPS[1]}"]
     procs = [
-        _spawn(["--out", str(root / "pilot6"), "--pilot", "104", *common], root / "pilot6.log"),
+        _spawn(["--out", str(root / "pilot6"), "--pilot", SEEDS[0], *common], root / "pilot6.log"),
         _spawn(
-            ["--out", str(root / "pilot4"), "--pilot", "105", "--set", FOUR_LINKS, *common],
+            ["--out", str(root / "pilot4"), "--pilot", SEEDS[1], "--set", FOUR_LINKS, *common],
             root / "pilot4.log",
         ),
     ]
@@ -113,9 +116,11 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--stop-at", required=True, help="UTC HH:MM of the preregistered summary")
+    p.add_argument("--pilot-seeds", default="104,105", help="6-link,4-link pilot SFT seeds")
     p.add_argument("--dry", action="store_true", help="tiny sizes, to check the pipeline")
     p.add_argument("--force-rl", action="store_true", help="with --dry: run RL whatever")
     args = p.parse_args()
+    SEEDS[:] = args.pilot_seeds.split(",")
     if args.dry:
         EXTRA.extend(a for s in DRY for a in ("--set", s))
         STEPS[:], PAUSE[0] = [2, 4], 5.0

@@ -99,3 +99,23 @@ def test_the_experiment_passes_its_labels_to_the_chain_demonstrator_only() -> No
 def test_the_default_labels_leave_earlier_config_hashes_unchanged() -> None:
     assert "sft_labels" not in ExperimentConfig().to_dict()  # the demo's fingerprint holds
     assert ExperimentConfig(sft_labels="optimal").to_dict()["sft_labels"] == "optimal"
+
+
+def test_sft_budgets_every_draws_each_turns_left_value_and_design_keeps_the_mix(
+    tmp_path: Any,
+) -> None:
+    from budgetmix.policies.samplers import sampler_from_config
+    from budgetmix.training.experiment.run import ExperimentRun
+
+    chain = {"env": "fault-chain-compact", "env_kwargs": {"hops": 4}, "sft_error_rate": 0.2}
+    every = ExperimentRun(ExperimentConfig(**chain, sft_budgets="every"), tmp_path, False)
+    sampler = sampler_from_config(every.sft_sampler())
+    assert sampler.support() == tuple(range(1, every.ceiling + 1))
+    rng = random.Random(0)
+    seen = {sampler.sample(rng).turns for _ in range(400)}
+    assert seen == set(range(1, every.ceiling + 1))
+    design = ExperimentRun(ExperimentConfig(**chain), tmp_path, False)
+    assert design.sft_sampler() == design.mix_sampler()  # the old recipe, unchanged
+    assert "sft_budgets" not in ExperimentConfig().to_dict()
+    with pytest.raises(ConfigError, match="sft_budgets must be one of 'design', 'every'"):
+        ExperimentConfig(sft_budgets="all")

@@ -94,8 +94,10 @@ class ExperimentConfig:
     budget-aware optimum (``demo_budget_aware``) or the stationary budget-blind
     policy for discount ``demo_gamma``; ``sft_labels`` ``"taken"`` learns every move
     the demonstrator made, ``"optimal"`` only its optimal ones (its errors are executed,
-    not learned; ``fault-chain-compact`` only). RL per arm in ``methods`` (see
-    :data:`ARM_SETTINGS`) and training seed: GRPO groups of ``groups_per_step`` x
+    not learned; ``fault-chain-compact`` only); ``sft_budgets`` ``"design"`` draws SFT's
+    budgets like BudgetMix's (the design's fractions of the ceiling), ``"every"`` each
+    T in 1..ceiling equally often (the base sees every turns-left value). RL per arm in
+    ``methods`` (see :data:`ARM_SETTINGS`) and training seed: GRPO groups of ``groups_per_step`` x
     ``group_size`` rollouts until ``token_budget`` tokens are sampled (the
     stopping rule, the same for every arm; ``rl_steps`` caps the steps), lr ``lr``
     with ``warmup_steps`` and linear decay, KL ``kl_coef`` to the SFT base,
@@ -129,6 +131,7 @@ class ExperimentConfig:
     sft_batch: int = 16
     sft_error_rate: float = 0.3
     sft_labels: str = "taken"
+    sft_budgets: str = "design"
     demo_budget_aware: bool = True
     demo_gamma: float = 0.99
     sft_lr: float = 3e-3
@@ -169,6 +172,7 @@ class ExperimentConfig:
         if not isinstance(self.demo_budget_aware, bool):
             raise ConfigError(f"{own}.demo_budget_aware: must be true or false")
         check_choice(f"{own}.sft_labels", self.sft_labels, ("taken", "optimal"))
+        check_choice(f"{own}.sft_budgets", self.sft_budgets, ("design", "every"))
         for name in ("desc", "methods", "budget_fractions", "eval_fractions", "pass_ks"):
             object.__setattr__(self, name, tuple(check_list(f"{own}.{name}", getattr(self, name))))
         unknown = sorted(set(self.methods) - set(METHODS))
@@ -244,7 +248,7 @@ class ExperimentConfig:
 
 
 #: Fields added after runs were fingerprinted, with the value every earlier run had.
-_ADDED_LATER: dict[str, Any] = {"sft_labels": "taken"}
+_ADDED_LATER: dict[str, Any] = {"sft_labels": "taken", "sft_budgets": "design"}
 
 #: Issue 29's environment as the confirmatory design runs it (docs/prereg.md, *Issue 29*).
 CHAIN_ENV: dict[str, Any] = {
@@ -260,6 +264,7 @@ CONFIRM: dict[str, Any] = {
     **CHAIN_ENV,
     "sft_steps": 1000,  # prereg amendment 13:35 UTC 2026-12-02: clean labels
     "sft_labels": "optimal",
+    "sft_budgets": "every",  # prereg amendment 14:05 UTC 2026-12-02
     "seeds": 4,
     "rl_steps": 30,
     "groups_per_step": 2,

@@ -197,6 +197,18 @@ class ExperimentRun:
             "fractions": list(self.cfg.budget_fractions),
         }
 
+    def sft_sampler(self) -> dict[str, Any]:
+        """SFT's budget sampler: BudgetMix's (``sft_budgets="design"``), or every T in
+        1..ceiling equally often (``"every"``)."""
+        if self.cfg.sft_budgets == "design":
+            return self.mix_sampler()
+        top = self.ceiling
+        return {
+            "kind": "budgetmix",
+            "ceiling": top,
+            "fractions": [k / top for k in range(1, top + 1)],
+        }
+
     def train_base(self) -> Path:
         """SFT from scratch; a finished base already in ``out_dir`` is reused (resume)."""
         from budgetmix.training.trainer import train
@@ -232,6 +244,7 @@ class ExperimentRun:
             sft_batch=cfg.sft_batch,
             sft_error_rate=cfg.sft_error_rate,
             sft_lr=cfg.sft_lr,
+            sampler=self.sft_sampler(),
             steps=0,
         )
 
