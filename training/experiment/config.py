@@ -264,7 +264,7 @@ CONFIRM: dict[str, Any] = {
     **CHAIN_ENV,
     "sft_steps": 1000,  # prereg amendment 13:35 UTC 2026-12-02: clean labels
     "sft_labels": "optimal",
-    "sft_budgets": "every",  # prereg amendment 14:05 UTC 2026-12-02
+    "sft_budgets": "every",  # prereg amendment 13:57 UTC 2026-12-02
     "seeds": 4,
     "rl_steps": 30,
     "groups_per_step": 2,
