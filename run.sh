@@ -20,9 +20,24 @@ want="$(cat pyproject.toml scripts/bootstrap.sh scripts/setup_profiles.py script
 test_stamp="$VENV/.budgetmix-installed"
 stamp="$test_stamp"; [ "$cmd" = demo ] && stamp="$VENV/.budgetmix-demo"
 set_up() { [ -x "$PY" ] && [ "$(cat "$1" 2>/dev/null)" = "$want" ]; }
+# The strict editable install (what the type checker reads) lists the library's modules:
+# when one is added, moved or removed, it is linked again (seconds), with no step by hand.
+modules="$(find sdk evaluation adapters policies training gateway cli -name '*.py' \
+  | LC_ALL=C sort | sha256sum | cut -d' ' -f1)"
 if ! set_up "$stamp" && ! set_up "$test_stamp"; then
   bash scripts/bootstrap.sh "$VENV" "$cmd"
   echo "$want" > "$stamp"
+  echo "$modules" > "$VENV/.budgetmix-modules"
+fi
+if [ "$(cat "$VENV/.budgetmix-modules" 2>/dev/null)" != "$modules" ]; then
+  log="$(mktemp)"
+  if ! "$PY" -m pip install -q --no-deps -e . --config-settings editable_mode=strict >"$log" 2>&1
+  then
+    cat "$log" >&2; rm -f "$log"; exit 1
+  fi
+  rm -f "$log"
+  echo "setup: budgetmix (editable): modules changed, linked again"
+  echo "$modules" > "$VENV/.budgetmix-modules"
 fi
 case "$cmd" in
   demo) exec "$VENV/bin/budgetmix" demo "$@" ;;
