@@ -58,6 +58,8 @@ def test_confirm_preset_is_the_preregistered_design() -> None:
     most = cfg.rl_steps * cfg.groups_per_step * cfg.group_size * env.ceiling * 3
     assert cfg.token_budget > most and (cfg.groups_per_step, cfg.group_size) == (2, 8)
     assert (cfg.seeds, cfg.eval_episodes, cfg.sens_episodes) == (4, 128, 32)
+    # amendments 13:35 and 13:57 UTC 2026-12-02: clean labels, every budget, 1000 SFT steps
+    assert (cfg.sft_labels, cfg.sft_budgets, cfg.sft_steps) == ("optimal", "every", 1000)
     assert gate_verdict(cfg, 0.2)["passed"] and not gate_verdict(cfg, 0.3)["passed"]
 
 
@@ -143,3 +145,12 @@ def test_one_base_runs_seed_by_seed_resumes_and_summarises(tmp_path: Path) -> No
     assert {p: p.stat().st_mtime_ns for p in (out / "base1" / "eval").iterdir()} == before
     assert again["endpoints"] == summary["endpoints"]
     assert write_summary(cfg, out, summary["gate"])["units"] == [[1, 0]]
+    from budgetmix.training.experiment.recovery import design_recovery, format_recovery
+
+    rec = design_recovery(cfg, out, bases=2, episodes=4, samples=2)  # base 0 never ran
+    assert set(rec["arms"]) == {"fixed", "budgetmix"}
+    for arm in rec["arms"].values():
+        assert arm["units"] == 1 and [u["unit"] for u in arm["per_unit"]] == ["b1-s0"]
+        assert 0.0 <= arm["all_states"]["mean"] <= 1.0
+        assert arm["per_unit"][0]["n_after_mistake"] > 0
+    assert len(format_recovery(rec)) == 2

@@ -433,6 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pilot", type=int, metavar="SEED",
         help="run the SFT-only pilot on this pilot SFT seed (no RL): pilot.json",
     )  # fmt: skip
+    p.add_argument(
+        "--recovery", action="store_true",
+        help="item 6: RL against base from the base's states, every evaluated unit",
+    )  # fmt: skip
     p.add_argument("--checkpoints", default="", help="pilot: SFT step counts also measured")
     p.add_argument("--episodes", type=int, default=32, help="pilot: episodes per value/budget")
     args = p.parse_args(argv)
@@ -440,6 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     if args.pilot is not None:
         return _pilot(config, out, args.pilot, args)
+    if args.recovery:
+        from budgetmix.training.experiment.recovery import design_recovery, format_recovery
+
+        result = design_recovery(config, out, bases=args.bases)
+        _save(out / "recovery.json", result)
+        print("\n".join(format_recovery(result)))
+        return 0
     if args.sft_only:
         for b in range(args.bases) if args.base is None else (args.base,):
             run_base(config, out, b, sft_only=True)
