@@ -218,6 +218,7 @@ def _design_label(config: Any) -> str:
 def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> dict[str, Any]:
     """Train, evaluate, diagnose, deploy; prints every table and returns the numbers."""
     from budgetmix.training.experiment import run_experiment
+    from budgetmix.training.experiment.arms import default_workers
     from budgetmix.training.experiment.config import experiment_preset
     from transformers.utils import logging as hf_logging
 
@@ -225,7 +226,8 @@ def run_train_stage(console: Console, out: Path, *, quick: bool, full: bool) -> 
     preset = "quick" if quick else ("full" if full else "default")
     config = experiment_preset(preset)
     console.print(_design_label(config))
-    report = run_experiment(config, out / "experiment", progress=True)
+    workers = default_workers(config)  # RL runs in parallel; the same bytes as in one
+    report = run_experiment(config, out / "experiment", progress=True, workers=workers)
     _print_comparison(console, report)
     _print_endpoints(console, report)
     _print_diagnostics(console, report)

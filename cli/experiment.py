@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the pilot's measured error rate, for the gate of {' and '.join(DESIGN_PRESETS)}",
     )
     p.add_argument("--bases", type=int, default=2, help="SFT bases of a design (default 2)")
+    p.add_argument(
+        "--workers", type=int, default=None,
+        help="processes for the RL runs (default: one per usable core; results do not change)",
+    )  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no stage and progress lines")
     return p
 
@@ -113,8 +117,12 @@ def _run(args: argparse.Namespace, config: Any, out: Path) -> int:
         files = {"summary": str(out / "summary.json"), "gate": str(out / "gate.json")}
     else:
         from budgetmix.training.experiment import run_experiment
+        from budgetmix.training.experiment.arms import default_workers
 
-        report = run_experiment(config, out, progress=progress)
+        workers = default_workers(config) if args.workers is None else args.workers
+        if workers < 1:
+            raise UsageError("--workers", f"must be an integer >= 1, got {workers}")
+        report = run_experiment(config, out, progress=progress, workers=workers)
         files = {k: str(v) for k, v in (report.files or {}).items()}
     print(json.dumps({"preset": args.preset, "out": str(out), "files": files}))
     return 0

@@ -53,7 +53,6 @@ from budgetmix.training.experiment.analysis import (
     sensitivity_summary,
     success_curves,
     success_table,
-    train_summary,
 )
 from budgetmix.training.experiment.config import ARM_SETTINGS, ExperimentConfig
 from budgetmix.training.experiment.environments import experiment_env
@@ -429,47 +428,31 @@ class ExperimentRun:
         }
 
 
-def _train(run: ExperimentRun) -> tuple[dict[str, list[Path]], dict[str, Any]]:
-    """The SFT base (or the configured one), then every RL arm per seed from it."""
-    config = run.cfg
-    base = (
-        Path(config.base_model)
-        if config.base_model is not None
-        else run.timed("sft_base", run.train_base)
-    )
-    arms: dict[str, list[Path]] = {"base": [base]}
-    training: dict[str, Any] = {}
-    for s in range(config.seeds):
-        for method in config.methods:
-            _say(run.progress, f"RL {method}, seed {s}")
-            path, metrics = run.timed(f"rl_{method}", run.train_arm, method, s, base)
-            arms.setdefault(method, []).append(path)
-            training.setdefault(method, []).append(train_summary(metrics))
-    return arms, training
-
-
 def run_experiment(
-    config: ExperimentConfig, out_dir: str | Path, *, progress: bool = True
+    config: ExperimentConfig, out_dir: str | Path, *, progress: bool = True, workers: int = 1
 ) -> ExperimentReport:
     """Run the whole pipeline and write ``report.md``, ``summary.json`` and plots to ``out_dir``.
 
+    ``workers``: processes for the RL runs (:func:`~.arms.train_arms`; the results do not
+    depend on it).
+
     Raises:
-        ConfigError: an invalid config.
+        ConfigError: an invalid config, or ``workers`` not a whole number >= 1.
         MissingExtraError: torch/transformers/accelerate/gymnasium (or matplotlib,
             for the plots) are not installed.
     """
+    from budgetmix._validate import check_int
     from budgetmix.training.data.provenance import record_run_fingerprint
+    from budgetmix.training.experiment.arms import train_arms
     from budgetmix.training.experiment.report import write_report
 
+    check_int("workers", workers, minimum=1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run = ExperimentRun(config, out, progress)
     with _threads(config.threads):
-        _say(
-            progress,
-            f"{run.env.label}, ceiling {run.ceiling} turns; budgets {run.budgets}",
-        )
-        arms, training = _train(run)
+        _say(progress, f"{run.env.label}, ceiling {run.ceiling} turns; budgets {run.budgets}")
+        arms, training = train_arms(run, workers)
         _say(progress, "evaluating final checkpoints (grid, then validation seeds)")
         traces, validation = run.timed("eval", run.evaluate, arms)
         _say(progress, "diagnostics")
@@ -481,11 +464,7 @@ def run_experiment(
             ceiling=run.ceiling,
             budgets=run.budgets,
             oracle=run.oracle_curves(),
-            grid=[
-                row
-                for arm in arms
-                for row in grid_rows(arm, traces[arm], run.budgets, config.pass_ks)
-            ],
+            grid=[r for a in arms for r in grid_rows(a, traces[a], run.budgets, config.pass_ks)],
             comparison=stats.pop("comparison"),
             diagnostics=run.timed("diagnostics", run.diagnostics, arms, traces),
             training=training,
@@ -498,11 +477,8 @@ def run_experiment(
         )
         files = write_report(report)
         record_run_fingerprint(
-            files["summary"],
-            config.to_dict(),
-            out,
-            threads=config.threads,
+            files["summary"], config.to_dict(), out, threads=config.threads,
             data=[config.base_model],
-        )
+        )  # fmt: skip
     _say(progress, f"report: {files['report']}")
     return ExperimentReport(**{**report.__dict__, "files": files})
