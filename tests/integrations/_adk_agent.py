@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from typing import Any
 
-REFUSED: list[str] = []
-_connect = socket.socket.connect
-
-
-def _loopback_only(self: socket.socket, address: Any) -> None:
-    host = address[0] if isinstance(address, tuple) else str(address)
-    if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1"):
-        REFUSED.append(str(host))
-        raise OSError(f"network blocked: {host}")
-    _connect(self, address)
-
-
-socket.socket.connect = _loopback_only  # type: ignore[method-assign]
-
-from google.adk.agents import LlmAgent  # noqa: E402
-from google.adk.models.lite_llm import LiteLlm  # noqa: E402
-from google.adk.runners import InMemoryRunner  # noqa: E402
-from google.genai import types  # noqa: E402
+from _loopback import REFUSED  # first: the guard is on before any framework import
+from google.adk.agents import LlmAgent
+from google.adk.models.lite_llm import LiteLlm
+from google.adk.runners import InMemoryRunner
+from google.genai import types
 
 CALLS: list[str] = []
 

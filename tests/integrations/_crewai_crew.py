@@ -7,26 +7,12 @@ address CrewAI tried to reach (each one refused)."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from typing import Any
 
-REFUSED: list[str] = []
-_connect = socket.socket.connect
-
-
-def _loopback_only(self: socket.socket, address: Any) -> None:
-    host = address[0] if isinstance(address, tuple) else str(address)
-    if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1"):
-        REFUSED.append(str(host))
-        raise OSError(f"network blocked: {host}")
-    _connect(self, address)
-
-
-socket.socket.connect = _loopback_only  # type: ignore[method-assign]
-
-from crewai import LLM, Agent, Crew, Task  # noqa: E402
-from crewai.tools import tool  # noqa: E402
+from _loopback import REFUSED  # first: the guard is on before any framework import
+from crewai import LLM, Agent, Crew, Task
+from crewai.tools import tool
 
 CALLS: list[str] = []
 

@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from typing import Annotated, Any
 
-REFUSED: list[str] = []
-_connect = socket.socket.connect
-
-
-def _loopback_only(self: socket.socket, address: Any) -> None:
-    host = address[0] if isinstance(address, tuple) else str(address)
-    if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1"):
-        REFUSED.append(str(host))
-        raise OSError(f"network blocked: {host}")
-    _connect(self, address)
-
-
-socket.socket.connect = _loopback_only  # type: ignore[method-assign]
-
-from openai import AsyncOpenAI  # noqa: E402
-from semantic_kernel.agents import ChatCompletionAgent  # noqa: E402
-from semantic_kernel.connectors.ai.open_ai import OpenAIChatCompletion  # noqa: E402
-from semantic_kernel.functions import kernel_function  # noqa: E402
+from _loopback import REFUSED  # first: the guard is on before any framework import
+from openai import AsyncOpenAI
+from semantic_kernel.agents import ChatCompletionAgent
+from semantic_kernel.connectors.ai.open_ai import OpenAIChatCompletion
+from semantic_kernel.functions import kernel_function
 
 CALLS: list[str] = []
 
