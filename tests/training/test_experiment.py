@@ -161,6 +161,7 @@ def test_ci_preset_numbers_are_sane(report: ExperimentReport) -> None:
     assert not (runs / "base" / "reference.safetensors").exists()
 
 
+@pytest.mark.slow  # the CI preset end to end (the report fixture)
 def test_best_checkpoint_deploys_under_the_controller_like_the_diagnostics_replay(
     report: ExperimentReport, tmp_path: Path
 ) -> None:

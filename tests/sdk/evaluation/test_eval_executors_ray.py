@@ -28,6 +28,8 @@ from _executor_checks import (
 from budgetmix.evaluation import EpisodeRecord, Evaluator, read_results
 from budgetmix.evaluation.executors import RayExecutor
 
+pytestmark = pytest.mark.slow  # a local Ray cluster, end to end (minutes)
+
 _PROBE_S = 180
 _PROBE = (
     "import ray; ray.init(num_cpus=1, _node_ip_address='127.0.0.1', include_dashboard=False,"
