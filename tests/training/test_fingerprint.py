@@ -82,6 +82,22 @@ def test_differences_name_what_changed(tmp_path: Path) -> None:
     assert "data" not in found and not any(d.startswith("kernels") for d in found)
 
 
+def test_the_machine_is_recorded_named_when_bits_differ_and_left_out_of_the_digest(
+    tmp_path: Path,
+) -> None:
+    fp = run_fingerprint(CONFIG, _run_dir(tmp_path / "a"), threads=1)
+    machine = fp["machine"]
+    assert machine["arch"] and isinstance(machine["isa"], list | type(None))
+    elsewhere = {**fp, "machine": {**machine, "vendor": "AuthenticAMD", "isa": ["avx2"]}}
+    assert fingerprint_differences(elsewhere, fp) == []  # same bits: the machine is no cause
+    other = run_fingerprint(CONFIG, _run_dir(tmp_path / "b", b"v" * 64), threads=1)
+    other["machine"] = elsewhere["machine"]
+    found = fingerprint_differences(other, fp)
+    assert any(d.startswith("machine: AuthenticAMD") and "AVX2" in d for d in found), found
+    old = {k: v for k, v in fp.items() if k != "machine"}  # a reference from before it
+    assert any("(reference not recorded)" in d for d in fingerprint_differences(other, old))
+
+
 def test_summary_gets_the_fingerprint_and_the_demo_line_compares_it(tmp_path: Path) -> None:
     root = _run_dir(tmp_path / "exp")
     summary = root / "summary.json"

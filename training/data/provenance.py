@@ -290,7 +290,11 @@ def run_fingerprint(
     Raises:
         CheckpointError: a checkpoint manifest under ``root`` cannot be read.
     """
-    from budgetmix.training.data.reproducibility import kernel_settings, thread_settings
+    from budgetmix.training.data.reproducibility import (
+        cpu_identity,
+        kernel_settings,
+        thread_settings,
+    )
 
     environment = {k: v for k, v in thread_settings().items() if k != "intra_op"}
     fingerprint: dict[str, Any] = {
@@ -299,6 +303,7 @@ def run_fingerprint(
         "data_sha256": _data_sha256(data),
         "threads": {"intra_op": threads, "environment": environment},
         "kernels": kernel_settings(),
+        "machine": cpu_identity(),  # informational, not in the digest
         "checkpoints": checkpoint_hashes(root),
     }
     fingerprint["digest"] = _digest(fingerprint)
@@ -375,6 +380,9 @@ def fingerprint_differences(
     for key in ("config_sha256", "data_sha256"):
         if fingerprint.get(key) != reference.get(key):
             out.append(key.removesuffix("_sha256"))
+    mine_m, ref_m = fingerprint.get("machine"), reference.get("machine")
+    if mine_m != ref_m:
+        out.append(f"machine: {_machine(mine_m)} (reference {_machine(ref_m)})")
     mine_t = dict(fingerprint.get("threads") or {}).get("intra_op")
     ref_t = dict(reference.get("threads") or {}).get("intra_op")
     if mine_t != ref_t:
@@ -386,6 +394,15 @@ def fingerprint_differences(
     if changed_c:
         out.append(f"checkpoints: {changed_c} of {len(names)} files")
     return out
+
+
+def _machine(machine: Any) -> str:
+    """A CPU identity in a few words (``"not recorded"`` for none)."""
+    if not isinstance(machine, Mapping):
+        return "not recorded"
+    isa = machine.get("isa") or []
+    top = "AVX-512" if "avx512f" in isa else ("AVX2" if "avx2" in isa else "no AVX2")
+    return f"{machine.get('vendor')} {machine.get('model')} ({machine.get('arch')}, {top})"
 
 
 def write_fingerprint(path: str | Path, fingerprint: Mapping[str, Any]) -> Path:

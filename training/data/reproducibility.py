@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PINNED_KERNELS",
+    "cpu_identity",
     "kernel_settings",
     "keyed_generator",
     "keyed_random",
@@ -78,6 +79,41 @@ def kernel_settings() -> dict[str, Any]:
             for name in PINNED_KERNELS
             if name != "ATEN_CPU_CAPABILITY"
         },
+    }
+
+
+#: The instruction-set flags that can change which code a pinned kernel runs, or its bits.
+_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+              "avx512_vnni", "avx512_bf16", "amx_tile")  # fmt: skip
+
+
+def cpu_identity() -> dict[str, Any]:
+    """The CPU a run computed on: architecture, vendor, model name and its ISA flags among
+    :data:`_ISA_FLAGS` (Linux's ``/proc/cpuinfo``; ``None`` where it cannot be read).
+
+    Informational: two machines with the same pins gave other bits (docs/training.md,
+    *Reproducibility*), so a fingerprint that differs names the machine beside the rest.
+    """
+    import platform
+
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if info:
+                        break  # the first processor's block is enough
+                    continue
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    flags = set(info.get("flags", "").split())
+    return {
+        "arch": platform.machine(),
+        "vendor": info.get("vendor_id"),
+        "model": info.get("model name"),
+        "isa": [f for f in _ISA_FLAGS if f in flags] if flags else None,
     }
 
 
