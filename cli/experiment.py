@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     p = CliParser(
         prog=PROG,
         description="Run a preregistered experiment (docs/experiment.md) into its own folder; "
-        "the same command resumes an interrupted run.",
+        "the same command resumes an interrupted run. --preset default (the demo's stage 3) "
+        "took 6 min 52 s wall on two idle cores: SFT 156 s, its 12 RL runs in 2 worker "
+        "processes 165 s, evaluation 35 s, diagnostics 56 s (measured 2026-12-02).",
     )
     p.add_argument("--preset", help=f"the design (required): {', '.join(EXPERIMENT_PRESETS)}")
     p.add_argument("--out", help="output folder (default runs/experiment/<preset>)")
