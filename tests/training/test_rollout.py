@@ -203,3 +203,29 @@ def test_format_errors_are_step_labels(tokenizer: Any) -> None:
         STRICT,
     )
     assert [s.label.mistake for s in r.steps] == ["model_format_error"] * 2
+
+
+def test_the_rollouts_ask_the_notice_policy_each_turn_as_the_controller_does(
+    tokenizer: Any,
+) -> None:
+    from budgetmix.exceptions import ConfigError
+    from budgetmix.policies.notice import NotifyFinalTurn
+    from budgetmix.policy import NotifyEveryTurn
+
+    final = NotifyFinalTurn(format="v1", placement="observation")
+    settings = RolloutSettings(notice_format="v1", token_check="strict", notice=final)
+    codec = ChatCodec(tokenizer)
+    gen = ScriptedGenerator(echo_agent(error_rate=1.0, seed=3), tokenizer)  # never done early
+    (r,) = run_rollouts(_specs(1, 4), gen, codec, settings)
+    assert r.num_turns == 4 and r.termination == "budget_exhausted"
+    observations = [m["content"] for m in r.messages if m["role"] == "user"]
+    assert len(observations) == 4  # the opening one and one per later turn
+    with_notice = ["Budget (v1)" in o for o in observations]
+    assert with_notice == [False, False, False, True]  # the final turn's only
+    every = RolloutSettings(notice_format="v1", token_check="strict")
+    (d,) = run_rollouts(_specs(1, 4), ScriptedGenerator(echo_agent(1.0, 3), tokenizer), codec,
+                        every)  # fmt: skip
+    assert all("Budget (v1)" in m["content"] for m in d.messages if m["role"] == "user")
+    assert every.notice_policy() == NotifyEveryTurn(format="v1", placement="observation")
+    with pytest.raises(ConfigError, match=r"RolloutSettings\.notice"):
+        RolloutSettings(notice_format="v1-compact", notice=final)

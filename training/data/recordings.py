@@ -274,14 +274,20 @@ def _with_notices(record: RecordedEpisode, fmt: str, default_turns: int) -> list
         return list(record.messages)  # placed by the controller that ran it
 
     from budgetmix.ledger import fixed_clock_ledger
-    from budgetmix.notice import append_notice, observation_index, render_notice
+    from budgetmix.notice import append_notice, observation_index
+    from budgetmix.policy import NotifyEveryTurn
+    from budgetmix.training.rollouts.chat import turn_notice
 
     turns = record.budget_turns or max(default_turns, _assistant_turns(record))
     ledger = fixed_clock_ledger(turns)  # as training rollouts do
+    policy = NotifyEveryTurn(format=fmt, placement="observation")  # the rollouts' default
     out: list[ChatMessage] = []
     for message in record.messages:
         if message.role == "assistant" and ledger.try_charge_turn() is None:
-            notice = render_notice(ledger.state(in_turn=True), fmt)
+            notice = turn_notice(ledger.state(in_turn=True), policy)
+            if notice is None:
+                out.append(message)
+                continue
             at = observation_index([m.role for m in out])
             if at is None:
                 out.append(ChatMessage(role="user", content=notice))

@@ -28,6 +28,7 @@ from budgetmix.adapters.chat_template import ChatTemplate, ToolCallFormat
 from budgetmix.exceptions import BudgetmixError, ConfigError
 from budgetmix.ledger import LedgerState
 from budgetmix.notice import NOTICE_SEPARATOR, append_notice, render_notice
+from budgetmix.policy import NoticePolicy, NotifyEveryTurn
 
 __all__ = [
     "NOTICE_SEPARATOR",
@@ -37,6 +38,7 @@ __all__ = [
     "TokenDrift",
     "TokenDriftError",
     "environment_message",
+    "turn_notice",
 ]
 
 Row = dict[str, Any]
@@ -52,8 +54,11 @@ DriftKind = Literal["tokenization", "sampled_text", "template", "boundary"]
 FATAL_DRIFTS: frozenset[DriftKind] = frozenset({"template", "boundary"})
 
 
-def environment_message(observation: str, state: LedgerState, fmt: str) -> str:
-    """An observation carrying the notice: ``observation``, newline, budget notice.
+def environment_message(
+    observation: str, state: LedgerState, fmt: str, policy: NoticePolicy | None = None
+) -> str:
+    """An observation carrying the notice: ``observation``, newline, budget notice (none
+    when ``policy`` decides this turn gets none; every turn without a policy).
 
     ``state`` must be the ledger state of the turn about to be taken
     (``ledger.state(in_turn=True)`` right after ``try_charge_turn()``).
@@ -61,7 +66,19 @@ def environment_message(observation: str, state: LedgerState, fmt: str) -> str:
     Raises:
         ConfigError: ``fmt`` is not a registered notice format.
     """
-    return append_notice(observation, render_notice(state, fmt))
+    notice = turn_notice(state, policy or NotifyEveryTurn(format=fmt, placement="observation"))
+    return append_notice(observation, notice) if notice else observation
+
+
+def turn_notice(state: LedgerState, policy: NoticePolicy) -> str | None:
+    """The notice of the turn about to be taken, decided as deployment decides it: the
+    policy's ``should_notify`` (the controller's :meth:`Episode` path), rendered in its
+    ``format`` by the SDK's renderer; ``None`` when the policy gives this turn none.
+
+    Raises:
+        ConfigError: the policy's format is not a registered notice format.
+    """
+    return render_notice(state, policy.format) if policy.should_notify(state) else None
 
 
 @dataclass(frozen=True, slots=True)

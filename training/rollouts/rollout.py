@@ -35,14 +35,16 @@ from budgetmix.adapters.base import ToolSpec
 from budgetmix.environment import StepLabel, Task
 from budgetmix.exceptions import ConfigError
 from budgetmix.ledger import fixed_clock_ledger
-from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement, render_notice
+from budgetmix.notice import NOTICE_PLACEMENTS, NoticePlacement
 from budgetmix.policies.samplers import BudgetDraw
+from budgetmix.policy import NoticePolicy, NotifyEveryTurn, notice_placement
 from budgetmix.training.envs.tool_env import ToolCallEnvironment
 from budgetmix.training.rollouts.chat import (
     ChatCodec,
     TokenDrift,
     TokenDriftError,
     environment_message,
+    turn_notice,
 )
 from budgetmix.training.rollouts.env_turn import environment_answer, reply_message, with_notice
 from budgetmix.training.rollouts.generation import GenerationRequest, TokenGenerator
@@ -74,10 +76,15 @@ class RolloutSettings:
     ``notice_placement`` is the notice policy's placement the rollouts follow; only
     ``"observation"`` (kept in the observation: one row per episode, the layout a
     controller with the same placement feeds) is implemented (docs/layout.md).
+    ``notice`` is the :class:`~budgetmix.policy.NoticePolicy` that decides each turn's
+    notice, as the controller's does at deployment (default: every turn, in
+    ``notice_format``); its format and placement must be ``notice_format`` and
+    ``notice_placement``.
 
     Raises:
-        ConfigError: a non-positive token limit, or a placement other than
-            ``"observation"`` (message names the field).
+        ConfigError: a non-positive token limit, a placement other than
+            ``"observation"``, or a ``notice`` policy of another format or placement
+            (message names the field).
     """
 
     notice_format: str = "v1"
@@ -85,6 +92,7 @@ class RolloutSettings:
     max_new_tokens: int = 32
     max_total_tokens: int = 2048
     token_check: TokenCheck = "off"
+    notice: NoticePolicy | None = None
 
     def __post_init__(self) -> None:
         check_choice("RolloutSettings.token_check", self.token_check, ("off", "report", "strict"))
@@ -96,6 +104,20 @@ class RolloutSettings:
             )
         for name in ("max_new_tokens", "max_total_tokens"):
             check_int(f"RolloutSettings.{name}", getattr(self, name), minimum=1)
+        if self.notice is not None:
+            got = (self.notice.format, notice_placement(self.notice))
+            if got != (self.notice_format, self.notice_placement):
+                raise ConfigError(
+                    f"RolloutSettings.notice: format and placement {got} differ from "
+                    f"notice_format / notice_placement "
+                    f"{(self.notice_format, self.notice_placement)}"
+                )
+
+    def notice_policy(self) -> NoticePolicy:
+        """The policy that decides each turn's notice (``notice``, or every turn)."""
+        if self.notice is not None:
+            return self.notice
+        return NotifyEveryTurn(format=self.notice_format, placement=self.notice_placement)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,7 +200,7 @@ class _Episode:
         "tools",
     )
 
-    def __init__(self, spec: EpisodeSpec, codec: ChatCodec, fmt: str) -> None:
+    def __init__(self, spec: EpisodeSpec, codec: ChatCodec, notice: NoticePolicy) -> None:
         self.spec = spec
         env = spec.task.make_env()
         self.tools: tuple[ToolSpec, ...] = (
@@ -190,7 +212,8 @@ class _Episode:
         observation = self.env.reset(spec.task.seed)
         refused = self.ledger.try_charge_turn()
         assert refused is None  # Budget.turns >= 1, so the first turn always fits
-        self.message = environment_message(observation, self.ledger.state(in_turn=True), fmt)
+        state = self.ledger.state(in_turn=True)
+        self.message = environment_message(observation, state, notice.format, notice)
         self.messages: list[dict[str, Any]] = codec.opening_messages(
             self.env.instructions(), self.message
         )
@@ -230,8 +253,8 @@ def run_rollouts(
             environment's messages are added (see docs/layout.md for the way out).
         ConfigError: the notice format is unknown.
     """
-    fmt = settings.notice_format
-    episodes = [_Episode(spec, codec, fmt) for spec in specs]
+    notice = settings.notice_policy()
+    episodes = [_Episode(spec, codec, notice) for spec in specs]
     for ep in episodes:
         if ep.prompt_len + settings.max_new_tokens > settings.max_total_tokens:
             ep.termination = "length"
@@ -280,7 +303,7 @@ def _advance(
     if ep.ledger.try_charge_turn() is not None:
         ep.termination = "budget_exhausted"
         return
-    notice = render_notice(ep.ledger.state(in_turn=True), settings.notice_format)
+    notice = turn_notice(ep.ledger.state(in_turn=True), settings.notice_policy())
     answers = with_notice(answers, notice)
     prompt_text, env_ids = codec.continuation(ep.messages, answers, ep.tools, ep.prompt_text)
     if len(ep.ids) + len(env_ids) + settings.max_new_tokens > settings.max_total_tokens:
