@@ -1,11 +1,13 @@
-"""Issue 29's preregistered run, unattended (docs/prereg.md, amendment 13:35 UTC 2026-12-02).
+"""Issue 29's preregistered run, unattended (docs/prereg.md, amendments 13:35 and 19:30 UTC
+2026-12-02).
 
-1. Two SFT-only pilots in parallel, on pilot seeds: 104 on the design's 6-link chain
-   and 105 on a 4-link chain (a second threshold), each 1000 SFT steps, measured at
+1. Two SFT-only pilots in parallel, on pilot seeds (``--pilot-seeds``): the first on
+   the design's own chain (preset ``confirm``: 5 links since 19:30, 6 before) and the
+   second on a 4-link chain (a second threshold), each 1000 SFT steps, measured at
    500 and 1000 of the same run.
 2. The decision (``verdict.json``): the smallest of 500 and 1000 SFT steps at which
    both pilots reach start-state sensitivity >= 0.5 and the gate passes at the
-   6-link pilot's measured error rate. None: no RL, the pipeline stops.
+   design-chain pilot's measured error rate. None: no RL, the pipeline stops.
 3. The confirmatory design at that step count: bases 0 and 1 in two processes, seeds
    0..7 in order; ``summary.json`` rebuilt every 5 minutes, and copied once to
    ``summary-prereg.json`` at the preregistered time (``--stop-at``, UTC HH:MM).
@@ -37,32 +39,36 @@ DRY = ["sft_steps=4", "sft_batch=2", "hidden_size=16", "rl_steps=1", "group_size
        "eval_episodes=4", "sens_episodes=1"]  # fmt: skip
 
 
+#: The design-chain pilot's folder (``pilot6`` in the rounds before 19:30, when it had 6 links).
+MAIN = "pilot-design"
+
+
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*DESIGN, *args, *EXTRA], stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, env=ENV)  # fmt: skip
 
 
-SEEDS = ["104", "105"]  # the pilot SFT seeds (6 links, 4 links): --pilot-seeds
+SEEDS = ["108", "109"]  # the pilot SFT seeds (design chain, 4 links): --pilot-seeds
 
 
 def pilots(root: Path) -> None:
     common = ["--checkpoints", str(STEPS[0]), "--episodes", "32", "--set", f"sft_steps={STEPS[1]}"]
     procs = [
-        _spawn(["--out", str(root / "pilot6"), "--pilot", SEEDS[0], *common], root / "pilot6.log"),
+        _spawn(["--out", str(root / MAIN), "--pilot", SEEDS[0], *common], root / f"{MAIN}.log"),
         _spawn(
             ["--out", str(root / "pilot4"), "--pilot", SEEDS[1], "--set", FOUR_LINKS, *common],
             root / "pilot4.log",
         ),
     ]
     if any(p.wait() for p in procs):
-        raise SystemExit("a pilot failed: see pilot6.log and pilot4.log")
+        raise SystemExit(f"a pilot failed: see {MAIN}.log and pilot4.log")
 
 
 def decide(root: Path) -> dict[str, object]:
     from budgetmix.training.experiment.config import experiment_preset
     from budgetmix.training.experiment.design import gate_verdict
 
-    six, four = (json.loads((root / d / "pilot.json").read_text()) for d in ("pilot6", "pilot4"))
+    six, four = (json.loads((root / d / "pilot.json").read_text()) for d in (MAIN, "pilot4"))
     rows = []
     for k in STEPS:
         a = next(c for c in six["curve"] if c["sft_steps"] == k)
@@ -71,9 +77,9 @@ def decide(root: Path) -> dict[str, object]:
         gate = gate_verdict(experiment_preset("confirm"), rate)
         rows.append({
             "sft_steps": k,
-            "sensitivity_6_links": a["sensitivity"]["sensitivity"],
+            "sensitivity_design_chain": a["sensitivity"]["sensitivity"],
             "sensitivity_4_links": b["sensitivity"]["sensitivity"],
-            "error_rate_6_links": rate,
+            "error_rate_design_chain": rate,
             "gate_passed": gate["passed"],
             "gate_reason": gate["reason"],
             "passes": a["sensitivity"]["sensitivity"] >= 0.5
@@ -116,7 +122,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--stop-at", required=True, help="UTC HH:MM of the preregistered summary")
-    p.add_argument("--pilot-seeds", default="104,105", help="6-link,4-link pilot SFT seeds")
+    p.add_argument("--pilot-seeds", default="108,109", help="design-chain,4-link pilot SFT seeds")
     p.add_argument("--dry", action="store_true", help="tiny sizes, to check the pipeline")
     p.add_argument("--force-rl", action="store_true", help="with --dry: run RL whatever")
     args = p.parse_args()
@@ -132,11 +138,14 @@ def main() -> int:
     verdict = json.loads((root / "verdict.json").read_text())
     print(json.dumps(verdict, indent=2))
     if args.dry and args.force_rl:
-        verdict = {"verdict": "RL", "chosen": {**verdict["rows"][0], "error_rate_6_links": 0.2}}
+        verdict = {
+            "verdict": "RL",
+            "chosen": {**verdict["rows"][0], "error_rate_design_chain": 0.2},
+        }
     if verdict["verdict"] != "RL":
         return 0
     chosen = verdict["chosen"]
-    confirm(root, int(chosen["sft_steps"]), float(chosen["error_rate_6_links"]), args.stop_at)
+    confirm(root, int(chosen["sft_steps"]), float(chosen["error_rate_design_chain"]), args.stop_at)
     return 0
 
 

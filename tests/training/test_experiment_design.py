@@ -49,18 +49,19 @@ def test_confirm_preset_is_the_preregistered_design() -> None:
     cfg = experiment_preset("confirm")
     env = experiment_env(cfg)
     assert (cfg.env, cfg.env_kwargs) == (
-        "fault-chain-compact", {"hops": 6, "fault_p": 0.2, "guess_p": 0.3},
+        "fault-chain-compact", {"hops": 5, "fault_p": 0.2, "guess_p": 0.3},
     )  # fmt: skip
-    assert env.ceiling == 15 and cfg.sft_error_rate == 0.2 and cfg.max_number == 99
-    assert [max(1, round(f * env.ceiling)) for f in cfg.eval_fractions] == [4, 8, 11, 15]
-    assert env.decision.startswith("guess with 2-6 turns left")  # inside one digit class
+    # amendment 19:30 UTC 2026-12-02: 5 links, ceiling 13 at e = 0.2
+    assert env.ceiling == 13 and cfg.sft_error_rate == 0.2 and cfg.max_number == 99
+    assert [max(1, round(f * env.ceiling)) for f in cfg.eval_fractions] == [3, 6, 10, 13]
+    assert env.decision.startswith("guess with 2-5 turns left")  # inside one digit class
     # updates matched: every run stops at rl_steps, the token cap cannot bind first
     most = cfg.rl_steps * cfg.groups_per_step * cfg.group_size * env.ceiling * 3
     assert cfg.token_budget > most and (cfg.groups_per_step, cfg.group_size) == (2, 8)
     assert (cfg.seeds, cfg.eval_episodes, cfg.sens_episodes) == (4, 128, 32)
     # amendments 13:35 and 13:57 UTC 2026-12-02: clean labels, every budget, 1000 SFT steps
     assert (cfg.sft_labels, cfg.sft_budgets, cfg.sft_steps) == ("optimal", "every", 1000)
-    assert gate_verdict(cfg, 0.2)["passed"] and not gate_verdict(cfg, 0.3)["passed"]
+    assert gate_verdict(cfg, 0.3)["passed"] and not gate_verdict(cfg, 0.4)["passed"]
 
 
 def _unit(arm: str, base: int, seed: int, **cells: str) -> dict[str, object]:

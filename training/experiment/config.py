@@ -253,7 +253,8 @@ _ADDED_LATER: dict[str, Any] = {"sft_labels": "taken", "sft_budgets": "design"}
 #: Issue 29's environment as the confirmatory design runs it (docs/prereg.md, *Issue 29*).
 CHAIN_ENV: dict[str, Any] = {
     "env": "fault-chain-compact",
-    "env_kwargs": {"hops": 6, "fault_p": 0.2, "guess_p": 0.3},
+    # 5 links since prereg amendment 19:30 UTC 2026-12-02 (6 before; VoI larger at 50%)
+    "env_kwargs": {"hops": 5, "fault_p": 0.2, "guess_p": 0.3},
     "sft_error_rate": 0.2,
     "max_number": 99,
     "eval_fractions": (0.25, 0.5, 0.75, 1.0),
