@@ -174,6 +174,7 @@ def blame(flag: str, *errors: type[Exception]) -> Iterator[None]:
         message = str(exc) or type(exc).__name__
         # "--preset: preset: unknown preset 'x'" says the name twice
         message = message.removeprefix(f"{flag.lstrip('-').replace('-', '_')}: ")
+        message = message.removeprefix(f"{flag}: ")
         raise UsageError(flag, message) from exc
 
 

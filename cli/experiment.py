@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from budgetmix._validate import parse_assignments
 from budgetmix.cli._errors import (
     CliParser,
     UsageError,
@@ -78,20 +79,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _overrides(items: Sequence[str]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError("--set", f"expected FIELD=VALUE, got {item!r}")
-        key, raw = item.split("=", 1)
-        try:
-            value: Any = json.loads(raw)
-        except (ValueError, RecursionError):
-            value = raw
-        found[key.strip()] = tuple(value) if isinstance(value, list) else value
-    return found
-
-
 def _config(args: argparse.Namespace) -> Any:
     from budgetmix.training.experiment import EXPERIMENT_PRESETS, experiment_preset
 
@@ -100,9 +87,8 @@ def _config(args: argparse.Namespace) -> Any:
         raise UsageError("--preset", f"required, one of: {known}")
     if args.preset not in EXPERIMENT_PRESETS:
         raise UsageError("--preset", f"unknown experiment preset {args.preset!r}; known: {known}")
-    overrides = _overrides(args.set)
     with blame("--set"):
-        return experiment_preset(args.preset, **overrides)
+        return experiment_preset(args.preset, **parse_assignments("--set", args.set))
 
 
 def _run(args: argparse.Namespace, config: Any, out: Path) -> int:

@@ -32,8 +32,11 @@ def _parser() -> CliParser:
     p.add_argument("--config", default=None, help="TOML or JSON file (docs/gateway.md)")
     p.add_argument("--upstream", default=None, help="OpenAI-compatible base URL")
     p.add_argument("--anthropic-upstream", default=None, help="base URL for /v1/messages")
-    p.add_argument("--store", default=None,
-                   help="sqlite:///path.db (default ./budgetmix-gateway.db), redis://..., memory://")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="sqlite:///path.db (default ./budgetmix-gateway.db), redis://..., memory://",
+    )
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--turns", type=int, default=None, help="turns per conversation")
@@ -41,10 +44,15 @@ def _parser() -> CliParser:
     p.add_argument("--total-tokens", type=int, default=None, help="tokens per conversation")
     p.add_argument("--cost-usd", type=float, default=None, help="dollars per conversation")
     p.add_argument("--on-exhausted", choices=["respond", "error"], default=None)
-    p.add_argument("--fail-open", action="store_true", default=None,
-                   help="with the store down, forward unbudgeted (default: refuse, 503)")
-    p.add_argument("--log-level", default="warning",
-                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "--fail-open",
+        action="store_true",
+        default=None,
+        help="with the store down, forward unbudgeted (default: refuse, 503)",
+    )
+    p.add_argument(
+        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
     return p
 
 

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from budgetmix._validate import parse_assignments
 from budgetmix.cli._errors import (
     CliParser,
     UsageError,
@@ -88,16 +89,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
-def _parse_override(item: str) -> tuple[str, Any]:
-    if "=" not in item:
-        raise UsageError("--set", f"expected FIELD=VALUE, got {item!r}")
-    key, raw = item.split("=", 1)
-    try:
-        return key.strip(), json.loads(raw)
-    except (ValueError, RecursionError):
-        return key.strip(), raw
-
-
 def _base_config(args: argparse.Namespace) -> TrainConfig:
     if args.config:
         with blame("--config"):
@@ -150,7 +141,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     Raises:
         UsageError: bad file, preset, override or path; the message names the flag.
     """
-    overrides = dict(_parse_override(s) for s in args.set)
+    with blame("--set"):
+        overrides = parse_assignments("--set", args.set)
     if "env_kwargs" in overrides and not isinstance(overrides["env_kwargs"], dict):
         got = type(overrides["env_kwargs"]).__name__
         raise UsageError("--set", f"env_kwargs must be a JSON object, got {got}")

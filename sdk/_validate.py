@@ -15,6 +15,7 @@ what it validated::
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ __all__ = [
     "check_number",
     "check_str",
     "check_tool_names",
+    "parse_assignments",
     "pop_kind",
     "shown",
 ]
@@ -306,3 +308,26 @@ def check_call_ids(names: Sequence[str], call_ids: Any) -> Sequence[str | None]:
         if cid is not None and not isinstance(cid, str):
             raise ConfigError(f"call_ids[{i}] must be a str or None, got {type(cid).__name__}")
     return call_ids
+
+
+def parse_assignments(flag: str, pairs: Iterable[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` pairs (a command's ``--set`` flags) as a dict of overrides.
+
+    Each VALUE is JSON; text that is not JSON is a string (``name=abc``). A later
+    pair for the same field wins.
+
+    Raises:
+        ConfigError: a pair without ``=`` or with an empty field name; the message
+            starts with ``flag``.
+    """
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
+        try:
+            found[key] = json.loads(raw)
+        except (ValueError, RecursionError):
+            found[key] = raw
+    return found

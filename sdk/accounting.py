@@ -42,6 +42,7 @@ def estimate_tokens(chars: int) -> int:
     as a count: ``ceil(chars / CHARS_PER_TOKEN_ESTIMATE)``, at least 1."""
     return max(1, -(-chars // CHARS_PER_TOKEN_ESTIMATE))
 
+
 TurnUnit = Literal["response", "tool_call"]
 #: Every turn unit, default first.
 TURN_UNITS: tuple[TurnUnit, ...] = ("response", "tool_call")

@@ -42,4 +42,3 @@ class Hooks:
 
     def on_finish(self, episode: Episode, result: EpisodeResult) -> None:
         """The episode ended with ``result``."""
-

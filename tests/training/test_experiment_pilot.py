@@ -110,5 +110,5 @@ def test_the_design_command_runs_a_pilot_with_overrides(tmp_path: Any, capsys: A
     assert [c["sft_steps"] for c in result["curve"]] == [2, 3]
     assert result["gate"]["error_rate"] == result["error_rate"]["rate"]
     assert "sft steps 3: sensitivity" in capsys.readouterr().out
-    with pytest.raises(ConfigError, match="--set: expected KEY=VALUE"):
+    with pytest.raises(ConfigError, match="--set: expected FIELD=VALUE"):
         main(["--set", "sft_steps", "--out", str(tmp_path), "--pilot", "104"])

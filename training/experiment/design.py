@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from budgetmix._validate import parse_assignments
 from budgetmix.exceptions import ConfigError
 from budgetmix.training.diagnostics.stats import hierarchical_bootstrap, mean_test, sign_flip_test
 from budgetmix.training.experiment.config import ExperimentConfig, experiment_preset
@@ -373,24 +374,6 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs, each VALUE JSON (a bare word is a string).
-
-    Raises:
-        ConfigError: a pair without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set: expected KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(text)
-        except json.JSONDecodeError:
-            out[key] = text
-    return out
-
-
 def _pilot(config: ExperimentConfig, out: Path, seed: int, args: Any) -> int:
     """The SFT-only pilot on pilot seed ``seed`` (no RL): ``out/pilot.json``."""
     from budgetmix.training.experiment.pilot import sft_pilot
@@ -440,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--checkpoints", default="", help="pilot: SFT step counts also measured")
     p.add_argument("--episodes", type=int, default=32, help="pilot: episodes per value/budget")
     args = p.parse_args(argv)
-    config = experiment_preset(args.preset, **_overrides(args.set))
+    config = experiment_preset(args.preset, **parse_assignments("--set", args.set))
     out = Path(args.out)
     if args.pilot is not None:
         return _pilot(config, out, args.pilot, args)
