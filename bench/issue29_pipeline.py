@@ -1,9 +1,10 @@
-"""Issue 29's preregistered run, unattended (docs/prereg.md, amendments 13:35 and 19:30 UTC
-2026-12-02).
+"""Issue 29's preregistered run, unattended (docs/prereg.md, amendments 13:35, 19:30 and
+19:52 UTC 2026-12-02).
 
 1. Two SFT-only pilots in parallel, on pilot seeds (``--pilot-seeds``): the first on
-   the design's own chain (preset ``confirm``: 5 links since 19:30, 6 before) and the
-   second on a 4-link chain (a second threshold), each 1000 SFT steps, measured at
+   the design's own chain (preset ``confirm``: 4 links with 30% faults since 19:52, 5 links
+   from 19:30, 6 before) and the second on the 4-link chain with 20% faults (a second
+   threshold), each 1000 SFT steps, measured at
    500 and 1000 of the same run.
 2. The decision (``verdict.json``): the smallest of 500 and 1000 SFT steps at which
    both pilots reach start-state sensitivity >= 0.5 and the gate passes at the
@@ -39,7 +40,7 @@ DRY = ["sft_steps=4", "sft_batch=2", "hidden_size=16", "rl_steps=1", "group_size
        "eval_episodes=4", "sens_episodes=1"]  # fmt: skip
 
 
-#: The design-chain pilot's folder (``pilot6`` in the rounds before 19:30, when it had 6 links).
+#: The design-chain pilot's folder (``pilot6`` in the rounds before 19:30, with 6 links).
 MAIN = "pilot-design"
 
 
@@ -48,7 +49,7 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.STDOUT, env=ENV)  # fmt: skip
 
 
-SEEDS = ["108", "109"]  # the pilot SFT seeds (design chain, 4 links): --pilot-seeds
+SEEDS = ["110", "111"]  # the pilot SFT seeds (design chain, 4 links): --pilot-seeds
 
 
 def pilots(root: Path) -> None:
@@ -122,7 +123,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--stop-at", required=True, help="UTC HH:MM of the preregistered summary")
-    p.add_argument("--pilot-seeds", default="108,109", help="design-chain,4-link pilot SFT seeds")
+    p.add_argument("--pilot-seeds", default="110,111", help="design-chain,4-link pilot SFT seeds")
     p.add_argument("--dry", action="store_true", help="tiny sizes, to check the pipeline")
     p.add_argument("--force-rl", action="store_true", help="with --dry: run RL whatever")
     args = p.parse_args()

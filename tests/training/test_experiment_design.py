@@ -49,9 +49,9 @@ def test_confirm_preset_is_the_preregistered_design() -> None:
     cfg = experiment_preset("confirm")
     env = experiment_env(cfg)
     assert (cfg.env, cfg.env_kwargs) == (
-        "fault-chain-compact", {"hops": 5, "fault_p": 0.2, "guess_p": 0.3},
+        "fault-chain-compact", {"hops": 4, "fault_p": 0.3, "guess_p": 0.3},
     )  # fmt: skip
-    # amendment 19:30 UTC 2026-12-02: 5 links, ceiling 13 at e = 0.2
+    # amendment 19:52 UTC 2026-12-02: 4 links, faults 30%, ceiling 13 at e = 0.2
     assert env.ceiling == 13 and cfg.sft_error_rate == 0.2 and cfg.max_number == 99
     assert [max(1, round(f * env.ceiling)) for f in cfg.eval_fractions] == [3, 6, 10, 13]
     assert env.decision.startswith("guess with 2-5 turns left")  # inside one digit class

@@ -253,8 +253,10 @@ _ADDED_LATER: dict[str, Any] = {"sft_labels": "taken", "sft_budgets": "design"}
 #: Issue 29's environment as the confirmatory design runs it (docs/prereg.md, *Issue 29*).
 CHAIN_ENV: dict[str, Any] = {
     "env": "fault-chain-compact",
-    # 5 links since prereg amendment 19:30 UTC 2026-12-02 (6 before; VoI larger at 50%)
-    "env_kwargs": {"hops": 5, "fault_p": 0.2, "guess_p": 0.3},
+    # 4 links, faults 30% since prereg amendment 19:52 UTC 2026-12-02 (6 links, faults 20%
+    # before 19:30 and 5 links from 19:30): the same observation as the 4-link chain every
+    # pilot learned, its threshold at 5/6 turns left, VoI >= 10 points at 25/50% to e 0.38
+    "env_kwargs": {"hops": 4, "fault_p": 0.3, "guess_p": 0.3},
     "sft_error_rate": 0.2,
     "max_number": 99,
     "eval_fractions": (0.25, 0.5, 0.75, 1.0),
