@@ -67,7 +67,7 @@ def test_a_pilot_measured_along_the_way_trains_the_same_base() -> None:
     from tempfile import TemporaryDirectory
 
     from budgetmix.training.experiment.config import experiment_preset
-    from budgetmix.training.experiment.pilot import sft_pilot
+    from budgetmix.training.experiment.pilot import measure_base, sft_pilot
 
     pytest.importorskip("torch")
     cfg = experiment_preset(
@@ -83,6 +83,9 @@ def test_a_pilot_measured_along_the_way_trains_the_same_base() -> None:
         ]
         logs = [Path(r["base"]).parent / "metrics.jsonl" for r in (along, plain)]
         losses = [[json.loads(line)["sft_loss"] for line in p.open()] for p in logs]
+        again = measure_base(cfg, plain["base"], episodes=2)  # a saved base, measured again
+    assert again["error_rate"] == plain["error_rate"]
+    assert again["sensitivity"] == plain["sensitivity"]
     assert digest[0] == digest[1] and losses[0] == losses[1] and len(losses[0]) == 3
     assert [c["sft_steps"] for c in along["curve"]] == [1, 2, 3]
     assert along["curve"][-1]["error_rate"] == along["error_rate"] == plain["error_rate"]

@@ -33,6 +33,7 @@ and ``training`` (steps, tokens, updates). Command:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -210,7 +211,9 @@ def _evaluate(run: Any, arm: str, path: Path, seed: int) -> dict[str, Any]:
 
 def _save(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    # one temporary name per process: the bases run in processes of their own and each
+    # writes gate.json (the same content) at its start
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)  # atomic: a killed run leaves no half unit
 

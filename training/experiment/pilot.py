@@ -30,7 +30,7 @@ from budgetmix.training.diagnostics.episodes import EpisodeTrace, QFunction, run
 from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.config import ExperimentConfig
 
-__all__ = ["PILOT_SEED_BASE", "measured_error_rate", "sft_pilot"]
+__all__ = ["PILOT_SEED_BASE", "measure_base", "measured_error_rate", "sft_pilot"]
 
 #: Slip seeds of pilot episodes: above every confirmatory range (run.EVAL_SEED_BASE + 3M).
 PILOT_SEED_BASE = 7_000_000
@@ -93,6 +93,26 @@ def _measure(run: Any, policy: Any, episodes: int) -> dict[str, Any]:
         | {"p_flip": {c.turns_left: c.probabilities[sens.flip_action] for c in sens.cells}},
         "error_rate": measured_error_rate(traces, run.q, run.env.moves, run.env.parse),
     }
+
+
+def measure_base(
+    config: ExperimentConfig, model_dir: str | Path, *, episodes: int = 32
+) -> dict[str, Any]:
+    """The pilot's measurement of a saved base (``model_dir``), on pilot episodes.
+
+    The same start-state sensitivity and measured error rate as :func:`sft_pilot`,
+    with the same sampling seed for ``config.seed``, so a base the pilot trained
+    measures here exactly as the pilot measured it. Used to check each confirmatory
+    base before any RL from it (docs/prereg.md, amendment 20:32 UTC 2026-12-02).
+    """
+    from budgetmix.training.data.reproducibility import reproducible
+    from budgetmix.training.experiment.lm import load_lm_policy
+    from budgetmix.training.experiment.run import ExperimentRun
+
+    run = ExperimentRun(config, Path(model_dir).parent, False)
+    with reproducible(config.threads):
+        policy = load_lm_policy(Path(model_dir), seed=_policy_seed(config))[0]
+        return dict(_measure(run, policy, episodes))
 
 
 def _policy_seed(config: ExperimentConfig) -> int:

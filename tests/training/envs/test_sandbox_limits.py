@@ -193,6 +193,7 @@ def test_allow_unsafe_as_root_kills_a_setsid_survivor() -> None:
     _run_survivor("time.sleep(60)")
 
 
+@pytest.mark.slow  # 20 rounds of a race, about 20 s each signal: outside the unit loop
 @pytest.mark.usefixtures("no_boundary")
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["SIGKILL", "SIGSTOP"])
 def test_allow_unsafe_as_root_kills_a_survivor_that_signals_its_uid(signum: int) -> None:
