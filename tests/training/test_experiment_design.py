@@ -120,7 +120,9 @@ def test_markdown_renders_the_summary_rows() -> None:
 
 
 @pytest.mark.slow
-def test_one_base_runs_seed_by_seed_resumes_and_summarises(tmp_path: Path) -> None:
+def test_one_base_runs_seed_by_seed_resumes_and_summarises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = experiment_preset(
         "ci", **TOOLS5, seeds=1, max_number=99, eval_fractions=(0.25, 0.5, 1.0),
         pass_ks=(1,), sens_episodes=2,
@@ -154,4 +156,19 @@ def test_one_base_runs_seed_by_seed_resumes_and_summarises(tmp_path: Path) -> No
         assert arm["units"] == 1 and [u["unit"] for u in arm["per_unit"]] == ["b1-s0"]
         assert 0.0 <= arm["all_states"]["mean"] <= 1.0
         assert arm["per_unit"][0]["n_after_mistake"] > 0
-    assert len(format_recovery(rec)) == 2
+    assert len(format_recovery(rec)) == 2 and rec["skipped_bases"] == []
+    # a base that never errs on its own episodes: no state to recover from, said so
+    import dataclasses
+
+    from budgetmix.training.experiment.run import ExperimentRun
+
+    own = ExperimentRun.decision_points
+    monkeypatch.setattr(ExperimentRun, "decision_points", lambda self, *a: [
+        dataclasses.replace(p, after_mistake=False) for p in own(self, *a)
+    ])  # fmt: skip
+    clean = design_recovery(cfg, out, bases=2, episodes=4, samples=2)
+    assert clean["arms"] == {} and [b["base"] for b in clean["skipped_bases"]] == [1]
+    assert format_recovery(clean) == [
+        f"base 1 skipped: the base made no mistake on its own episodes "
+        f"({clean['skipped_bases'][0]['points']} decision points)"
+    ]

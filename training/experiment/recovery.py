@@ -64,6 +64,7 @@ def design_recovery(
     n_eps = config.diag_episodes if episodes is None else episodes
     n_samples = config.diag_samples if samples is None else samples
     per_unit: dict[str, list[dict[str, Any]]] = {arm: [] for arm in RECOVERY_ARMS}
+    skipped: list[dict[str, Any]] = []
     for b in range(bases):
         cfg = config.with_overrides(seed=b)
         run = ExperimentRun(cfg, out / f"base{b}", False)
@@ -73,6 +74,11 @@ def design_recovery(
             continue
         with reproducible(cfg.threads):
             points = run.decision_points(base_dir, run.tasks(n_eps, offset=DIAGNOSTICS_OFFSET))
+            if not any(p.after_mistake for p in points):
+                # a base that never errs on its own episodes leaves nothing to recover from
+                skipped.append({"base": b, "points": len(points), "reason":
+                                "the base made no mistake on its own episodes"})  # fmt: skip
+                continue
             for arm, rows in units.items():
                 if not rows:
                     continue
@@ -83,10 +89,10 @@ def design_recovery(
                 )  # fmt: skip
                 for name, comp in zip(res.seeds, res.per_seed, strict=True):
                     per_unit[arm].append({"unit": name, **comp.to_dict()})
-    if not any(per_unit.values()):
+    if not any(per_unit.values()) and not skipped:
         raise ConfigError(f"design_recovery: no evaluated unit with a checkpoint under {out}")
     arms = {arm: _pool(comps) for arm, comps in per_unit.items() if comps}
-    return {"episodes": n_eps, "samples": n_samples, "arms": arms}
+    return {"episodes": n_eps, "samples": n_samples, "arms": arms, "skipped_bases": skipped}
 
 
 def _pool(comps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -125,4 +131,7 @@ def format_recovery(result: dict[str, Any]) -> list[str]:
             f"right after a mistake (noise floor {_pct(r['noise_floor_after_mistake'])}); "
             f"gap {100 * g['mean']:+.1f} points [{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}]"
         )
+    for skip in result.get("skipped_bases", ()):
+        lines.append(f"base {skip['base']} skipped: {skip['reason']} "
+                     f"({skip['points']} decision points)")  # fmt: skip
     return lines
