@@ -20,26 +20,20 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-DESIGN = [sys.executable, "-m", "budgetmix.training.experiment.design"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from issue29_pipeline import DESIGN, ENV, at_utc, watch
+
 SETS = ["--set", "sft_steps=1000", "--set", "seeds=8"]
 #: ``--dry``: tiny sizes, to check the pipeline end to end
 DRY = ["sft_steps=4", "sft_batch=2", "hidden_size=16", "rl_steps=1", "group_size=4",
        "eval_episodes=4", "sens_episodes=1", "seeds=2"]  # fmt: skip
 EXTRA: list[str] = []
 EPISODES = [32]
-
-
-def _at(hhmm: str) -> dt.datetime:
-    hh, mm = (int(x) for x in hhmm.split(":"))
-    return dt.datetime.now(dt.UTC).replace(hour=hh, minute=mm, second=0, microsecond=0)
 
 
 def check(out: Path, base: int) -> dict[str, object]:
@@ -90,7 +84,7 @@ def main() -> int:
     seeds = [int(x) for x in args.base_seeds.split(",")]
     kept: list[dict[str, object]] = []
     checked: list[dict[str, object]] = []
-    while len(kept) < 2 and seeds and dt.datetime.now(dt.UTC) < _at(args.last_start):
+    while len(kept) < 2 and seeds and dt.datetime.now(dt.UTC) < at_utc(args.last_start):
         pair, seeds = seeds[:2], seeds[2:]
         procs = [_spawn([*me, "--check", str(b)], root / f"check-{b}.log") for b in pair]
         for proc in procs:
@@ -116,20 +110,7 @@ def main() -> int:
     procs = [_spawn([*DESIGN, *common, "--bases", "100", "--base", str(c["base"])],
                     root / f"base{c['base']}.log")
              for c in kept]  # fmt: skip
-    copied = False
-    while True:
-        done = all(proc.poll() is not None for proc in procs)
-        if (out / "gate.json").exists():
-            subprocess.run([*DESIGN, *common, "--combine"], env=ENV, check=False)
-        if not copied and dt.datetime.now(dt.UTC) >= _at(args.stop_at):
-            if (out / "summary.json").exists():
-                shutil.copy(out / "summary.json", out / "summary-prereg.json")
-                shutil.copy(out / "summary.md", out / "summary-prereg.md")
-            (out / "prereg-stop.txt").write_text(dt.datetime.now(dt.UTC).isoformat() + "\n")
-            copied = True
-        if done:
-            break
-        time.sleep(5.0 if args.dry else 120.0)
+    watch(procs, out, [*DESIGN, *common, "--combine"], args.stop_at, 5.0 if args.dry else 120.0)
     return 1 if any(proc.returncode for proc in procs) else 0
 
 

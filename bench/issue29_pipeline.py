@@ -90,30 +90,41 @@ def decide(root: Path) -> dict[str, object]:
     return {"rows": rows, "verdict": "RL" if chosen else "NO_RL", "chosen": chosen}
 
 
-def confirm(root: Path, steps: int, rate: float, stop_at: str) -> None:
-    out = root / "confirm"
-    out.mkdir(parents=True, exist_ok=True)
-    sets = ["--set", f"sft_steps={steps}", "--set", "seeds=8"]
-    common = [*sets, "--error-rate", repr(rate), "--out", str(out)]
-    procs = [_spawn([*common, "--base", str(b)], root / f"base{b}.log") for b in (0, 1)]
-    hh, mm = (int(x) for x in stop_at.split(":"))
-    now = dt.datetime.now(dt.UTC)
-    deadline = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+def at_utc(hhmm: str) -> dt.datetime:
+    """Today's UTC time ``HH:MM``."""
+    hh, mm = (int(x) for x in hhmm.split(":"))
+    return dt.datetime.now(dt.UTC).replace(hour=hh, minute=mm, second=0, microsecond=0)
+
+
+def watch(procs: list[subprocess.Popen[bytes]], out: Path, combine: list[str], stop_at: str,
+          pause: float) -> None:  # fmt: skip
+    """Until every process in ``procs`` ends: rebuild the summary (``combine``) every
+    ``pause`` seconds, and copy it once to ``summary-prereg.*`` at ``stop_at`` (UTC HH:MM),
+    the preregistered stopping time."""
     copied = False
     while True:
         done = all(p.poll() is not None for p in procs)
         if (out / "gate.json").exists():
-            subprocess.run([*DESIGN, *sets, "--error-rate", repr(rate), "--out", str(out),
-                            "--combine", *EXTRA], env=ENV, check=False)  # fmt: skip
-        if not copied and dt.datetime.now(dt.UTC) >= deadline:
+            subprocess.run(combine, env=ENV, check=False)
+        if not copied and dt.datetime.now(dt.UTC) >= at_utc(stop_at):
             if (out / "summary.json").exists():
                 shutil.copy(out / "summary.json", out / "summary-prereg.json")
                 shutil.copy(out / "summary.md", out / "summary-prereg.md")
             (out / "prereg-stop.txt").write_text(dt.datetime.now(dt.UTC).isoformat() + "\n")
             copied = True
         if done:
-            break
-        time.sleep(PAUSE[0])
+            return
+        time.sleep(pause)
+
+
+def confirm(root: Path, steps: int, rate: float, stop_at: str) -> None:
+    out = root / "confirm"
+    out.mkdir(parents=True, exist_ok=True)
+    sets = ["--set", f"sft_steps={steps}", "--set", "seeds=8"]
+    common = [*sets, "--error-rate", repr(rate), "--out", str(out)]
+    procs = [_spawn([*common, "--base", str(b)], root / f"base{b}.log") for b in (0, 1)]
+    combine = [*DESIGN, *sets, "--error-rate", repr(rate), "--out", str(out), "--combine", *EXTRA]
+    watch(procs, out, combine, stop_at, PAUSE[0])
     failed = [b for b, p in enumerate(procs) if p.returncode]
     if failed:
         raise SystemExit(f"base(s) {failed} failed: see base<b>.log")
