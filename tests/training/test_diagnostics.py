@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,20 @@ def test_recovery_injection_depends_on_the_budget_left() -> None:
     assert late.injected == 0 and late.oracle_rate is None  # every episode ended by turn 3
     with pytest.raises(ConfigError):
         recovery_injection(tasks, oracle, 3, 4, invalid_reply())
+
+
+def test_slipping_takes_another_move_at_its_rate_from_its_seed() -> None:
+    from budgetmix.training.diagnostics.episodes import slipping
+
+    always_a = pointwise(lambda p: "a")
+    points: list[Any] = [None] * 20_000  # the wrapped policy never reads a point
+    assert list(slipping(always_a, 0.0, "abc", seed=1)(points)) == ["a"] * 20_000
+    every = list(slipping(always_a, 1.0, "abc", seed=1)(points))
+    assert "a" not in every and {"b", "c"} == set(every)
+    some = list(slipping(always_a, 0.3, "abc", seed=2)(points))
+    assert abs(sum(m != "a" for m in some) / len(some) - 0.3) < 0.02
+    assert some == list(slipping(always_a, 0.3, "abc", seed=2)(points))
+    with pytest.raises(ConfigError, match="rate"):
+        slipping(always_a, 1.5, "abc", seed=1)
+    with pytest.raises(ConfigError, match="two moves"):
+        slipping(always_a, 0.2, "a", seed=1)

@@ -157,14 +157,28 @@ def test_one_base_runs_seed_by_seed_resumes_and_summarises(
         assert 0.0 <= arm["all_states"]["mean"] <= 1.0
         assert arm["per_unit"][0]["n_after_mistake"] > 0
     assert len(format_recovery(rec)) == 2 and rec["skipped_bases"] == []
+    # the base played under the error model: its states right after a mistake are compared
+    slipped = design_recovery(cfg, out, bases=2, episodes=4, samples=2, slip_rate=0.5)
+    assert slipped["slip_rate"] == 0.5 and set(slipped["arms"]) == {"fixed", "budgetmix"}
+    assert all(a["per_unit"][0]["n_after_mistake"] > 0 for a in slipped["arms"].values())
     # a base that never errs on its own episodes: no state to recover from, said so
     import dataclasses
 
     from budgetmix.training.experiment.run import ExperimentRun
 
     own = ExperimentRun.decision_points
-    monkeypatch.setattr(ExperimentRun, "decision_points", lambda self, *a: [
-        dataclasses.replace(p, after_mistake=False) for p in own(self, *a)
+    import budgetmix.training.diagnostics.action_quality as aq
+
+    real_non_tied = aq.non_tied
+    with monkeypatch.context() as m:  # mistakes made, but only where no move matters
+        m.setattr(aq, "non_tied", lambda pts, *a: [
+            p for p in real_non_tied(pts, *a) if not p.after_mistake
+        ])  # fmt: skip
+        tied = design_recovery(cfg, out, bases=2, episodes=4, samples=2)
+    assert tied["arms"] == {}
+    assert tied["skipped_bases"][0]["reason"].startswith("every state right after a mistake")
+    monkeypatch.setattr(ExperimentRun, "decision_points", lambda self, *a, **k: [
+        dataclasses.replace(p, after_mistake=False) for p in own(self, *a, **k)
     ])  # fmt: skip
     clean = design_recovery(cfg, out, bases=2, episodes=4, samples=2)
     assert clean["arms"] == {} and [b["base"] for b in clean["skipped_bases"]] == [1]

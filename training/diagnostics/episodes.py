@@ -60,6 +60,7 @@ __all__ = [
     "invalid_reply",
     "pointwise",
     "run_episodes",
+    "slipping",
     "success_curve",
     "worst_action",
 ]
@@ -118,6 +119,32 @@ def pointwise(fn: Callable[[DecisionPoint], str]) -> Policy:
         return [fn(p) for p in points]
 
     return policy
+
+
+def slipping(policy: Policy, rate: float, moves: Sequence[str], seed: int) -> Policy:
+    """``policy`` that, with probability ``rate`` per decision, takes a uniformly random
+    *other* move of ``moves`` instead (the agent's error model; draws from ``seed``).
+
+    Raises:
+        ConfigError: ``rate`` outside [0, 1] or fewer than two moves.
+    """
+    import random
+
+    if not 0.0 <= rate <= 1.0:
+        raise ConfigError(f"rate: must be in [0, 1], got {rate}")
+    if len(moves) < 2:
+        raise ConfigError("moves: need at least two moves to slip to another")
+    rng = random.Random(seed)
+
+    def slipped(points: Sequence[DecisionPoint]) -> list[str]:
+        out = []
+        for action in policy(points):
+            if rng.random() < rate:
+                action = rng.choice([m for m in moves if m != action.strip()])
+            out.append(action)
+        return out
+
+    return slipped
 
 
 def default_snapshot(env: Environment) -> Hashable:

@@ -423,6 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--recovery", action="store_true",
         help="item 6: RL against base from the base's states, every evaluated unit",
     )  # fmt: skip
+    p.add_argument(
+        "--slip-rate", type=float, default=0.0,
+        help="recovery: the base's episodes under the error model at this rate (default 0)",
+    )  # fmt: skip
     p.add_argument("--checkpoints", default="", help="pilot: SFT step counts also measured")
     p.add_argument("--episodes", type=int, default=32, help="pilot: episodes per value/budget")
     args = p.parse_args(argv)
@@ -433,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.recovery:
         from budgetmix.training.experiment.recovery import design_recovery, format_recovery
 
-        result = design_recovery(config, out, bases=args.bases)
+        result = design_recovery(config, out, bases=args.bases, slip_rate=args.slip_rate)
         _save(out / "recovery.json", result)
         print("\n".join(format_recovery(result)))
         return 0

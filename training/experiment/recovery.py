@@ -45,19 +45,23 @@ def design_recovery(
     bases: int = 2,
     episodes: int | None = None,
     samples: int | None = None,
+    slip_rate: float = 0.0,
 ) -> dict[str, Any]:
     """Every evaluated unit of each :data:`RECOVERY_ARMS` arm against its base.
 
     ``episodes`` base episodes per budget (default ``config.diag_episodes``) and
-    ``samples`` draws per point (default ``config.diag_samples``). Returns a JSON-ready
-    dict: per arm the mean shares over units with intervals and noise floors, and
-    per unit its comparison.
+    ``samples`` draws per point (default ``config.diag_samples``). ``slip_rate``: the
+    base's episodes are played under the agent's error model at that rate (a random
+    other move per turn), so a base that rarely errs still reaches states right after
+    a mistake; 0 plays the base as it is. Returns a JSON-ready dict: per arm the mean
+    shares over units with intervals and noise floors, and per unit its comparison;
+    a base with no non-tied state right after a mistake is listed in ``skipped_bases``.
 
     Raises:
         ConfigError: no evaluated unit under ``out_dir``.
     """
     from budgetmix.training.data.reproducibility import reproducible
-    from budgetmix.training.diagnostics.action_quality import recovery_analysis
+    from budgetmix.training.diagnostics.action_quality import non_tied, recovery_analysis
     from budgetmix.training.experiment.run import DIAGNOSTICS_OFFSET, ExperimentRun
 
     out = Path(out_dir)
@@ -73,11 +77,17 @@ def design_recovery(
         if not (base_dir / "model.safetensors").is_file() or not any(units.values()):
             continue
         with reproducible(cfg.threads):
-            points = run.decision_points(base_dir, run.tasks(n_eps, offset=DIAGNOSTICS_OFFSET))
-            if not any(p.after_mistake for p in points):
-                # a base that never errs on its own episodes leaves nothing to recover from
-                skipped.append({"base": b, "points": len(points), "reason":
-                                "the base made no mistake on its own episodes"})  # fmt: skip
+            tasks = run.tasks(n_eps, offset=DIAGNOSTICS_OFFSET)
+            points = run.decision_points(base_dir, tasks, slip_rate=slip_rate)
+            graded = non_tied(points, run.q, 0.01, run.env.moves)
+            if not any(p.after_mistake for p in graded):
+                # nothing to recover from: no mistake, or only at states where no move matters
+                reason = (
+                    "every state right after a mistake is tied (no move matters there)"
+                    if any(p.after_mistake for p in points)
+                    else "the base made no mistake on its own episodes"
+                )
+                skipped.append({"base": b, "points": len(points), "reason": reason})
                 continue
             for arm, rows in units.items():
                 if not rows:
@@ -92,7 +102,8 @@ def design_recovery(
     if not any(per_unit.values()) and not skipped:
         raise ConfigError(f"design_recovery: no evaluated unit with a checkpoint under {out}")
     arms = {arm: _pool(comps) for arm, comps in per_unit.items() if comps}
-    return {"episodes": n_eps, "samples": n_samples, "arms": arms, "skipped_bases": skipped}
+    return {"episodes": n_eps, "samples": n_samples, "slip_rate": slip_rate, "arms": arms,
+            "skipped_bases": skipped}  # fmt: skip
 
 
 def _pool(comps: list[dict[str, Any]]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from budgetmix.training.diagnostics.episodes import (
     Policy,
     invalid_reply,
     run_episodes,
+    slipping,
 )
 from budgetmix.training.diagnostics.recovery_injection import recovery_injection
 from budgetmix.training.envs.registry import env_tasks
@@ -358,13 +359,20 @@ class ExperimentRun:
             out[arm] = sensitivity_summary(rows)
         return out
 
-    def decision_points(self, base: Path, tasks: list[Task]) -> list[DecisionPoint]:
+    def decision_points(
+        self, base: Path, tasks: list[Task], *, slip_rate: float = 0.0
+    ) -> list[DecisionPoint]:
         """The base policy's own episodes at the ceiling and at half of it, point by point.
 
-        Mistakes are judged by the exact Q (an action losing > 1 point of success
-        probability).
+        With ``slip_rate`` > 0 the base acts under the agent's error model (a random
+        other move with that probability per turn, :func:`slipping`), so its episodes
+        reach the states right after a mistake that a near-deterministic base never
+        makes. Mistakes are judged by the exact Q (an action losing > 1 point of
+        success probability).
         """
         base_policy = self.policy(base, 10_000)
+        if slip_rate > 0:
+            base_policy = slipping(base_policy, slip_rate, self.env.moves, seed=11_000)
         half = max(1, round(self.ceiling / 2))
         points: list[DecisionPoint] = []
         for budget in (self.ceiling, half):
