@@ -60,50 +60,65 @@ def design_recovery(
     Raises:
         ConfigError: no evaluated unit under ``out_dir``.
     """
-    from budgetmix.training.data.reproducibility import reproducible
-    from budgetmix.training.diagnostics.action_quality import non_tied, recovery_analysis
-    from budgetmix.training.experiment.run import DIAGNOSTICS_OFFSET, ExperimentRun
-
     out = Path(out_dir)
     n_eps = config.diag_episodes if episodes is None else episodes
     n_samples = config.diag_samples if samples is None else samples
     per_unit: dict[str, list[dict[str, Any]]] = {arm: [] for arm in RECOVERY_ARMS}
     skipped: list[dict[str, Any]] = []
     for b in range(bases):
-        cfg = config.with_overrides(seed=b)
-        run = ExperimentRun(cfg, out / f"base{b}", False)
-        base_dir = out / f"base{b}" / "runs" / "base" / "final"
-        units = {arm: _units(out, arm, b) for arm in RECOVERY_ARMS}
-        if not (base_dir / "model.safetensors").is_file() or not any(units.values()):
-            continue
-        with reproducible(cfg.threads):
-            tasks = run.tasks(n_eps, offset=DIAGNOSTICS_OFFSET)
-            points = run.decision_points(base_dir, tasks, slip_rate=slip_rate)
-            graded = non_tied(points, run.q, 0.01, run.env.moves)
-            if not any(p.after_mistake for p in graded):
-                # nothing to recover from: no mistake, or only at states where no move matters
-                reason = (
-                    "every state right after a mistake is tied (no move matters there)"
-                    if any(p.after_mistake for p in points)
-                    else "the base made no mistake on its own episodes"
-                )
-                skipped.append({"base": b, "points": len(points), "reason": reason})
-                continue
-            for arm, rows in units.items():
-                if not rows:
-                    continue
-                rl = {f"b{b}-s{s}": run.policy(p, 50_000 + s) for s, p in rows}
-                res = recovery_analysis(
-                    points, run.policy(base_dir, 60_000), rl, run.q, samples=n_samples,
-                    moves=run.env.moves,
-                )  # fmt: skip
-                for name, comp in zip(res.seeds, res.per_seed, strict=True):
-                    per_unit[arm].append({"unit": name, **comp.to_dict()})
+        skip = _base_recovery(config, out, b, n_eps, n_samples, slip_rate, per_unit)
+        if skip is not None:
+            skipped.append(skip)
     if not any(per_unit.values()) and not skipped:
         raise ConfigError(f"design_recovery: no evaluated unit with a checkpoint under {out}")
     arms = {arm: _pool(comps) for arm, comps in per_unit.items() if comps}
     return {"episodes": n_eps, "samples": n_samples, "slip_rate": slip_rate, "arms": arms,
             "skipped_bases": skipped}  # fmt: skip
+
+
+def _base_recovery(
+    config: ExperimentConfig,
+    out: Path,
+    b: int,
+    n_eps: int,
+    n_samples: int,
+    slip_rate: float,
+    per_unit: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any] | None:
+    """Append base ``b``'s unit comparisons to ``per_unit``; the skip record if it has none."""
+    from budgetmix.training.data.reproducibility import reproducible
+    from budgetmix.training.diagnostics.action_quality import non_tied, recovery_analysis
+    from budgetmix.training.experiment.run import DIAGNOSTICS_OFFSET, ExperimentRun
+
+    cfg = config.with_overrides(seed=b)
+    run = ExperimentRun(cfg, out / f"base{b}", False)
+    base_dir = out / f"base{b}" / "runs" / "base" / "final"
+    units = {arm: _units(out, arm, b) for arm in RECOVERY_ARMS}
+    if not (base_dir / "model.safetensors").is_file() or not any(units.values()):
+        return None
+    with reproducible(cfg.threads):
+        tasks = run.tasks(n_eps, offset=DIAGNOSTICS_OFFSET)
+        points = run.decision_points(base_dir, tasks, slip_rate=slip_rate)
+        graded = non_tied(points, run.q, 0.01, run.env.moves)
+        if not any(p.after_mistake for p in graded):
+            # nothing to recover from: no mistake, or only at states where no move matters
+            reason = (
+                "every state right after a mistake is tied (no move matters there)"
+                if any(p.after_mistake for p in points)
+                else "the base made no mistake on its own episodes"
+            )
+            return {"base": b, "points": len(points), "reason": reason}
+        for arm, rows in units.items():
+            if not rows:
+                continue
+            rl = {f"b{b}-s{s}": run.policy(p, 50_000 + s) for s, p in rows}
+            res = recovery_analysis(
+                points, run.policy(base_dir, 60_000), rl, run.q, samples=n_samples,
+                moves=run.env.moves,
+            )  # fmt: skip
+            for name, comp in zip(res.seeds, res.per_seed, strict=True):
+                per_unit[arm].append({"unit": name, **comp.to_dict()})
+    return None
 
 
 def _pool(comps: list[dict[str, Any]]) -> dict[str, Any]:
