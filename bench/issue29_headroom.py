@@ -1,0 +1,147 @@
+"""Issue 29's headroom design, unattended (docs/prereg.md, amendment 05:50 UTC 2026-12-03).
+
+The 20:32 design's bases read the number but hardly erred, so RL had nothing to fix and
+BudgetMix RL could not differ from fixed-budget RL. Here SFT learns every move its
+demonstrator *took* (``sft_labels="taken"``, errors at e = 0.2 included), so the base
+reads the number *and* errs; everything else is the ``confirm`` preset at 1000 SFT steps.
+
+1. Two pilot bases (``--pilot-seeds``, in parallel), each checked as the 20:32 design
+   checks a base (``measure_base``: start-state sensitivity >= 0.5 and the gate at its
+   own measured error rate): ``pilot/check-<B>.json``.
+2. Power, on the first kept pilot base: the fixed and BudgetMix arms at training seeds
+   0..3 (two processes). From the four paired differences (BudgetMix - fixed over T = 3
+   and 6, the primary endpoint) the minimum detectable effect of 16 units at 80% power
+   and two-sided 5% (t with 15 degrees of freedom; within-base spread only), and RL's
+   headroom: the mean share of updates not skipped as zero-variance. ``power.json``.
+   Confirmatory RL runs only if the MDE is <= 5 points **and** at least half the
+   updates were taken, in both arms.
+3. The confirmatory design: bases checked in seed order (``--base-seeds``, two at a
+   time), the first two kept, seeds 0..7 of each, all three arms; ``summary.json``
+   rebuilt every 2 minutes and copied to ``summary-prereg.json`` at ``--stop-at``.
+
+Usage: ``python bench/issue29_headroom.py OUT --stop-at HH:MM --last-start HH:MM``
+(run from a snapshot; ``PYTHONPATH`` may point at the snapshot's installed copy);
+``--dry``: tiny sizes, the whole pipeline end to end (``--force-rl``: every gate passes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import issue29_gated_bases as gated
+from issue29_pipeline import DESIGN, ENV, at_utc, watch
+
+TAKEN = ["--set", 'sft_labels="taken"']
+TWO_ARMS = ["--set", 'methods=["fixed","budgetmix"]']
+#: t quantiles with 15 degrees of freedom (16 units): two-sided 5%, and 80% power
+T_975, T_80 = 2.131, 0.866
+MDE_MAX, TAKEN_MIN = 0.05, 0.5
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=ENV)
+
+
+def _checks(me: list[str], root: Path, stage: str, seeds: list[int]) -> list[dict[str, object]]:
+    """Check ``seeds`` (two processes at a time) into ``root/stage``; their results."""
+    out = root / stage
+    out.mkdir(parents=True, exist_ok=True)
+    procs = [_spawn([*me, "--check", str(b), "--stage", stage], out / f"check-{b}.log")
+             for b in seeds]  # fmt: skip
+    for proc in procs:
+        proc.wait()
+    results = []
+    for b in seeds:
+        path = out / f"check-{b}.json"
+        if not path.is_file():
+            raise SystemExit(f"base {b}'s check failed: see {out}/check-{b}.log")
+        results.append(json.loads(path.read_text()))
+    return results
+
+
+def power(root: Path, base: int, rate: float, dry: bool) -> dict[str, object]:
+    """Stage 2: four units of the fixed and BudgetMix arms on pilot base ``base``."""
+    out = root / "pilot"
+    common = [*gated.SETS, *gated.EXTRA, *TWO_ARMS, "--error-rate", repr(rate), "--out", str(out),
+              "--bases", "1000", "--base", str(base)]  # fmt: skip
+    procs = [_spawn([*DESIGN, *common, "--seeds", s], out / f"power-{s.replace(',', '')}.log")
+             for s in ("0,1", "2,3")]  # fmt: skip
+    if any(p.wait() for p in procs):
+        raise SystemExit(f"the power pilot failed: see {out}/power-*.log")
+    subprocess.run([*DESIGN, *common[:-4], "--combine"], env=ENV, check=True)
+    summary = json.loads((out / "summary.json").read_text())
+    diffs = [u["diff"] for u in summary["endpoints"]["secondary"]["units"]]
+    sd = statistics.stdev(diffs) if len(diffs) > 1 else float("inf")
+    mde = (T_975 + T_80) * sd / 16**0.5
+    runs = summary["training"]
+    taken = {
+        arm: statistics.mean(1 - t["skipped_updates"] / t["steps"] for t in runs if t["arm"] == arm)
+        for arm in ("fixed", "budgetmix")
+    }
+    go = mde <= MDE_MAX and all(v >= TAKEN_MIN for v in taken.values())
+    return {"base": base, "units": len(diffs), "sd": sd, "mde_16_units": mde,
+            "updates_taken": taken, "go": go or dry}  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--stop-at", required=True, help="UTC HH:MM of the preregistered summary")
+    p.add_argument("--last-start", required=True, help="UTC HH:MM: no confirmatory base after")
+    p.add_argument("--pilot-seeds", default="112,113", help="two pilot SFT seeds")
+    p.add_argument("--base-seeds", default="8,9,10,11,12,13", help="confirmatory SFT seeds")
+    p.add_argument("--dry", action="store_true")
+    p.add_argument("--force-rl", action="store_true", help="with --dry: keep every base")
+    p.add_argument("--check", type=int, help=argparse.SUPPRESS)  # the child's entry
+    p.add_argument("--stage", default="confirm", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    gated.EXTRA.extend(TAKEN)
+    if args.dry:
+        gated.EXTRA.extend(a for s in gated.DRY for a in ("--set", s))
+        gated.EPISODES[0] = 1
+    root = Path(args.out)
+    if args.check is not None:
+        gated.check(root / args.stage, args.check)
+        return 0
+    me = [sys.executable, __file__, str(root), "--stop-at", args.stop_at,
+          "--last-start", args.last_start, *(["--dry"] * args.dry)]  # fmt: skip
+    force = args.dry and args.force_rl
+    pilots = _checks(me, root, "pilot", [int(x) for x in args.pilot_seeds.split(",")])
+    kept = [c for c in pilots if c["kept"] or force]
+    verdict: dict[str, object] = {"pilots": [{k: v for k, v in c.items() if k != "measure"}
+                                             for c in pilots]}  # fmt: skip
+    if kept:
+        rate = 0.2 if force else float(kept[0]["error_rate"])  # type: ignore[arg-type]
+        verdict["power"] = power(root, int(kept[0]["base"]), rate, force)  # type: ignore[call-overload]
+    (root / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
+    print(json.dumps(verdict))
+    if not kept or not verdict["power"]["go"]:  # type: ignore[index]
+        return 0
+    seeds = [int(x) for x in args.base_seeds.split(",")]
+    bases: list[dict[str, object]] = []
+    while len(bases) < 2 and seeds and dt.datetime.now(dt.UTC) < at_utc(args.last_start):
+        pair, seeds = seeds[:2], seeds[2:]
+        bases += [c for c in _checks(me, root, "confirm", pair) if c["kept"] or force]
+    bases = bases[:2]
+    (root / "bases.json").write_text(json.dumps([c["base"] for c in bases]) + "\n")
+    if not bases:
+        return 0
+    rate = 0.2 if force else max(float(c["error_rate"]) for c in bases)  # type: ignore[arg-type]
+    out = root / "confirm"
+    common = [*gated.SETS, *gated.EXTRA, "--error-rate", repr(rate), "--out", str(out)]
+    procs = [_spawn([*DESIGN, *common, "--bases", "1000", "--base", str(c["base"])],
+                    root / f"base{c['base']}.log") for c in bases]  # fmt: skip
+    watch(procs, out, [*DESIGN, *common, "--combine"], args.stop_at, 5.0 if args.dry else 120.0)
+    return 1 if any(proc.returncode for proc in procs) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
