@@ -1,4 +1,4 @@
-"""Issue 29's headroom design, unattended (docs/prereg.md, amendment 05:50 UTC 2026-12-03).
+"""Issue 29's headroom design, unattended (docs/prereg.md, amendment 05:35 UTC 2026-12-03).
 
 The 20:32 design's bases read the number but hardly erred, so RL had nothing to fix and
 BudgetMix RL could not differ from fixed-budget RL. Here SFT learns every move its
