@@ -10,8 +10,8 @@
 ``test`` is every extra and ``dev``. ``scripts/bootstrap.sh`` installs a profile's
 requirements with pip, which keeps every one already satisfied, so going from demo
 to test only adds. The check is what tests/test_setup_fresh_clone.py runs after
-``bash run.sh demo --help`` on a fresh clone: no agent framework (the ``frameworks`` extra) and no observability
-backend in the demo's virtualenv. Standard library only: it runs before anything
+``bash run.sh demo --help`` on a fresh clone: no agent framework (the ``frameworks``
+extra) and no observability backend in the demo's virtualenv. Standard library only: it runs before anything
 is installed.
 """
 
@@ -31,8 +31,8 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "test": ("all", "dev"),
 }
 #: Held for every profile: versions the demo's set-up would otherwise pick and the suite's
-#: would then replace (tests/test_setup_fresh_clone.py finds them): botocore, which the frameworks bring,
-#: needs python-dateutil<3, and matplotlib alone would take 4.x.
+#: would then replace (tests/test_setup_fresh_clone.py finds them): botocore, which the
+#: frameworks bring, needs python-dateutil<3, and matplotlib alone would take 4.x.
 CONSTRAINTS = ("python-dateutil<3",)
 #: Observability backends: only tests/backends uses them, each in a virtualenv of its
 #: own (scripts/install_*.sh); the demo's must hold none.
