@@ -11,8 +11,8 @@
 requirements with pip, which keeps every one already satisfied, so going from demo
 to test only adds. The check is what tests/test_setup_fresh_clone.py runs after
 ``bash run.sh demo --help`` on a fresh clone: no agent framework (the ``frameworks``
-extra) and no observability backend in the demo's virtualenv. Standard library only: it runs before anything
-is installed.
+extra) and no observability backend in the demo's virtualenv. Standard library only: it
+runs before anything is installed.
 """
 
 from __future__ import annotations
