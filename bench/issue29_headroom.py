@@ -12,7 +12,7 @@ reads the number *and* errs; everything else is the ``confirm`` preset at 1000 S
    0..3 (two processes). From the four paired differences (BudgetMix - fixed over T = 3
    and 6, the primary endpoint) the minimum detectable effect of 16 units at 80% power
    and two-sided 5% (t with 15 degrees of freedom; within-base spread only), and RL's
-   headroom: the mean share of updates not skipped as zero-variance. ``power.json``.
+   headroom: the mean share of updates not skipped as zero-variance (``verdict.json``).
    Confirmatory RL runs only if the MDE is <= 5 points **and** at least half the
    updates were taken, in both arms.
 3. The confirmatory design: bases checked in seed order (``--base-seeds``, two at a
@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import issue29_gated_bases as gated
+from issue29_gated_bases import _spawn
 from issue29_pipeline import DESIGN, ENV, at_utc, watch
 
 TAKEN = ["--set", 'sft_labels="taken"']
@@ -46,12 +47,8 @@ T_975, T_80 = 2.131, 0.866
 MDE_MAX, TAKEN_MIN = 0.05, 0.5
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=ENV)
-
-
 def _checks(me: list[str], root: Path, stage: str, seeds: list[int]) -> list[dict[str, object]]:
-    """Check ``seeds`` (two processes at a time) into ``root/stage``; their results."""
+    """Check ``seeds`` (one process each, all at once) into ``root/stage``; their results."""
     out = root / stage
     out.mkdir(parents=True, exist_ok=True)
     procs = [_spawn([*me, "--check", str(b), "--stage", stage], out / f"check-{b}.log")
@@ -70,13 +67,13 @@ def _checks(me: list[str], root: Path, stage: str, seeds: list[int]) -> list[dic
 def power(root: Path, base: int, rate: float, dry: bool) -> dict[str, object]:
     """Stage 2: four units of the fixed and BudgetMix arms on pilot base ``base``."""
     out = root / "pilot"
-    common = [*gated.SETS, *gated.EXTRA, *TWO_ARMS, "--error-rate", repr(rate), "--out", str(out),
-              "--bases", "1000", "--base", str(base)]  # fmt: skip
-    procs = [_spawn([*DESIGN, *common, "--seeds", s], out / f"power-{s.replace(',', '')}.log")
+    common = [*gated.SETS, *gated.EXTRA, *TWO_ARMS, "--error-rate", repr(rate), "--out", str(out)]
+    one = [*common, "--bases", "1000", "--base", str(base)]
+    procs = [_spawn([*DESIGN, *one, "--seeds", s], out / f"power-{s.replace(',', '')}.log")
              for s in ("0,1", "2,3")]  # fmt: skip
     if any(p.wait() for p in procs):
         raise SystemExit(f"the power pilot failed: see {out}/power-*.log")
-    subprocess.run([*DESIGN, *common[:-4], "--combine"], env=ENV, check=True)
+    subprocess.run([*DESIGN, *common, "--combine"], env=ENV, check=True)
     summary = json.loads((out / "summary.json").read_text())
     diffs = [u["diff"] for u in summary["endpoints"]["secondary"]["units"]]
     sd = statistics.stdev(diffs) if len(diffs) > 1 else float("inf")

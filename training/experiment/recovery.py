@@ -66,7 +66,9 @@ def design_recovery(
     per_unit: dict[str, list[dict[str, Any]]] = {arm: [] for arm in RECOVERY_ARMS}
     skipped: list[dict[str, Any]] = []
     for b in range(bases):
-        skip = _base_recovery(config, out, b, n_eps, n_samples, slip_rate, per_unit)
+        comps, skip = _base_recovery(config, out, b, n_eps, n_samples, slip_rate)
+        for arm, rows in comps.items():
+            per_unit[arm].extend(rows)
         if skip is not None:
             skipped.append(skip)
     if not any(per_unit.values()) and not skipped:
@@ -83,9 +85,8 @@ def _base_recovery(
     n_eps: int,
     n_samples: int,
     slip_rate: float,
-    per_unit: dict[str, list[dict[str, Any]]],
-) -> dict[str, Any] | None:
-    """Append base ``b``'s unit comparisons to ``per_unit``; the skip record if it has none."""
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
+    """Base ``b``'s unit comparisons per arm, and its skip record if it has nothing to compare."""
     from budgetmix.training.data.reproducibility import reproducible
     from budgetmix.training.diagnostics.action_quality import non_tied, recovery_analysis
     from budgetmix.training.experiment.run import DIAGNOSTICS_OFFSET, ExperimentRun
@@ -94,8 +95,9 @@ def _base_recovery(
     run = ExperimentRun(cfg, out / f"base{b}", False)
     base_dir = out / f"base{b}" / "runs" / "base" / "final"
     units = {arm: _units(out, arm, b) for arm in RECOVERY_ARMS}
+    per_unit: dict[str, list[dict[str, Any]]] = {}
     if not (base_dir / "model.safetensors").is_file() or not any(units.values()):
-        return None
+        return per_unit, None
     with reproducible(cfg.threads):
         tasks = run.tasks(n_eps, offset=DIAGNOSTICS_OFFSET)
         points = run.decision_points(base_dir, tasks, slip_rate=slip_rate)
@@ -107,7 +109,7 @@ def _base_recovery(
                 if any(p.after_mistake for p in points)
                 else "the base made no mistake on its own episodes"
             )
-            return {"base": b, "points": len(points), "reason": reason}
+            return per_unit, {"base": b, "points": len(points), "reason": reason}
         for arm, rows in units.items():
             if not rows:
                 continue
@@ -117,8 +119,8 @@ def _base_recovery(
                 moves=run.env.moves,
             )  # fmt: skip
             for name, comp in zip(res.seeds, res.per_seed, strict=True):
-                per_unit[arm].append({"unit": name, **comp.to_dict()})
-    return None
+                per_unit.setdefault(arm, []).append({"unit": name, **comp.to_dict()})
+    return per_unit, None
 
 
 def _pool(comps: list[dict[str, Any]]) -> dict[str, Any]:
