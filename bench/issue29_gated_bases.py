@@ -34,6 +34,8 @@ DRY = ["sft_steps=4", "sft_batch=2", "hidden_size=16", "rl_steps=1", "group_size
        "eval_episodes=4", "sens_episodes=1", "seeds=2"]  # fmt: skip
 EXTRA: list[str] = []
 EPISODES = [32]
+#: the start-state sensitivity a kept base needs (None: none; a budget-blind base's design)
+MIN_S: list[float | None] = [0.5]
 
 
 def check(out: Path, base: int) -> dict[str, object]:
@@ -51,8 +53,9 @@ def check(out: Path, base: int) -> dict[str, object]:
     rate = float(m["error_rate"]["rate"])
     gate = gate_verdict(cfg, rate, source=f"base {base}")
     s = float(m["sensitivity"]["sensitivity"])
+    reads = MIN_S[0] is None or s >= MIN_S[0]
     result = {"base": base, "sensitivity": s, "error_rate": rate, "gate_passed": gate["passed"],
-              "kept": s >= 0.5 and bool(gate["passed"]), "measure": m}  # fmt: skip
+              "kept": reads and bool(gate["passed"]), "measure": m}  # fmt: skip
     (out / f"check-{base}.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 

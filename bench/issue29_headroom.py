@@ -19,6 +19,13 @@ reads the number *and* errs; everything else is the ``confirm`` preset at 1000 S
    time), the first two kept, seeds 0..7 of each, all three arms; ``summary.json``
    rebuilt every 2 minutes and copied to ``summary-prereg.json`` at ``--stop-at``.
 
+``--blind`` (amendment 07:08 UTC 2026-12-03): the base is accurate but budget-blind. SFT
+learns only the clean moves of the stationary blind demonstrator (``demo_budget_aware =
+false``, ``sft_labels = "optimal"``), so its headroom lies at the low budgets that only
+BudgetMix RL sees. A base is kept on the gate alone (its sensitivity is reported, not
+required: it is blind by design), and the power check needs the BudgetMix arm, not the
+fixed one, to take at least half its updates.
+
 Usage: ``python bench/issue29_headroom.py OUT --stop-at HH:MM --last-start HH:MM``
 (run from a snapshot; ``PYTHONPATH`` may point at the snapshot's installed copy);
 ``--dry``: tiny sizes, the whole pipeline end to end (``--force-rl``: every gate passes).
@@ -41,6 +48,7 @@ from issue29_gated_bases import _spawn
 from issue29_pipeline import DESIGN, ENV, at_utc, watch
 
 TAKEN = ["--set", 'sft_labels="taken"']
+BLIND = ["--set", "demo_budget_aware=false", "--set", 'sft_labels="optimal"']
 TWO_ARMS = ["--set", 'methods=["fixed","budgetmix"]']
 #: t quantiles with 15 degrees of freedom (16 units): two-sided 5%, and 80% power
 T_975, T_80 = 2.131, 0.866
@@ -64,8 +72,9 @@ def _checks(me: list[str], root: Path, stage: str, seeds: list[int]) -> list[dic
     return results
 
 
-def power(root: Path, base: int, rate: float, dry: bool) -> dict[str, object]:
-    """Stage 2: four units of the fixed and BudgetMix arms on pilot base ``base``."""
+def power(root: Path, base: int, rate: float, dry: bool, blind: bool) -> dict[str, object]:
+    """Stage 2: four units of the fixed and BudgetMix arms on pilot base ``base``
+    (``blind``: only BudgetMix must take half its updates)."""
     out = root / "pilot"
     common = [*gated.SETS, *gated.EXTRA, *TWO_ARMS, "--error-rate", repr(rate), "--out", str(out)]
     one = [*common, "--bases", "1000", "--base", str(base)]
@@ -83,7 +92,8 @@ def power(root: Path, base: int, rate: float, dry: bool) -> dict[str, object]:
         arm: statistics.mean(1 - t["skipped_updates"] / t["steps"] for t in runs if t["arm"] == arm)
         for arm in ("fixed", "budgetmix")
     }
-    go = mde <= MDE_MAX and all(v >= TAKEN_MIN for v in taken.values())
+    need = ("budgetmix",) if blind else ("fixed", "budgetmix")
+    go = mde <= MDE_MAX and all(taken[arm] >= TAKEN_MIN for arm in need)
     return {"base": base, "units": len(diffs), "sd": sd, "mde_16_units": mde,
             "updates_taken": taken, "go": go or dry}  # fmt: skip
 
@@ -95,12 +105,15 @@ def main() -> int:
     p.add_argument("--last-start", required=True, help="UTC HH:MM: no confirmatory base after")
     p.add_argument("--pilot-seeds", default="112,113", help="two pilot SFT seeds")
     p.add_argument("--base-seeds", default="8,9,10,11,12,13", help="confirmatory SFT seeds")
+    p.add_argument("--blind", action="store_true", help="the budget-blind clean-label base")
     p.add_argument("--dry", action="store_true")
     p.add_argument("--force-rl", action="store_true", help="with --dry: keep every base")
     p.add_argument("--check", type=int, help=argparse.SUPPRESS)  # the child's entry
     p.add_argument("--stage", default="confirm", help=argparse.SUPPRESS)
     args = p.parse_args()
-    gated.EXTRA.extend(TAKEN)
+    gated.EXTRA.extend(BLIND if args.blind else TAKEN)
+    if args.blind:
+        gated.MIN_S[0] = None
     if args.dry:
         gated.EXTRA.extend(a for s in gated.DRY for a in ("--set", s))
         gated.EPISODES[0] = 1
@@ -108,8 +121,9 @@ def main() -> int:
     if args.check is not None:
         gated.check(root / args.stage, args.check)
         return 0
+    flags = [*(["--dry"] * args.dry), *(["--blind"] * args.blind)]
     me = [sys.executable, __file__, str(root), "--stop-at", args.stop_at,
-          "--last-start", args.last_start, *(["--dry"] * args.dry)]  # fmt: skip
+          "--last-start", args.last_start, *flags]  # fmt: skip
     force = args.dry and args.force_rl
     pilots = _checks(me, root, "pilot", [int(x) for x in args.pilot_seeds.split(",")])
     kept = [c for c in pilots if c["kept"] or force]
@@ -117,7 +131,7 @@ def main() -> int:
                                              for c in pilots]}  # fmt: skip
     if kept:
         rate = 0.2 if force else float(kept[0]["error_rate"])  # type: ignore[arg-type]
-        verdict["power"] = power(root, int(kept[0]["base"]), rate, force)  # type: ignore[call-overload]
+        verdict["power"] = power(root, int(kept[0]["base"]), rate, force, args.blind)  # type: ignore[call-overload]
     (root / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
     print(json.dumps(verdict))
     if not kept or not verdict["power"]["go"]:  # type: ignore[index]
