@@ -107,6 +107,7 @@ def server() -> Any:
         yield running
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,

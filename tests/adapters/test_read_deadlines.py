@@ -79,6 +79,7 @@ PATHS = {"transport": via_transport, "wrapper": via_wrapper}
 CASES = [("transport", False), ("transport", True), ("wrapper", False), ("wrapper", True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "stream"), CASES, ids=["transport", "sse", "wrapper", "w-sse"])
 def test_a_trickle_is_cut_off_when_the_wall_budget_runs_out(path: str, stream: bool) -> None:
     ctl = controller()
@@ -129,6 +130,7 @@ def test_a_trickle_is_cut_off_at_the_total_read_deadline() -> None:
     assert late < 1.0, f"cut off {late:.2f} s after the total read deadline"
 
 
+@pytest.mark.slow
 def test_the_async_transport_cuts_a_trickle_off_at_the_wall() -> None:
     ctl = controller()
 
@@ -172,6 +174,7 @@ def test_a_prompt_body_is_read_as_before() -> None:
         assert ep.state.used["turns"] == 2 and not ep.mistakes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "sse"])
 def test_the_async_wrapper_cuts_a_trickle_off_at_the_wall(stream: bool) -> None:
     ctl = controller()

@@ -31,6 +31,7 @@ def _block() -> list[list[str]]:
     raise AssertionError(f"docs/training.md has no bash block opening with {MARK!r}")
 
 
+@pytest.mark.slow
 def test_the_console_script_finds_the_users_module_in_the_current_folder(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     script = Path(sys.executable).parent / "budgetmix"

@@ -18,6 +18,7 @@ def _records(path: Path) -> list[object]:
     return sorted((replace(r, latency_s=0.0) for r in recs), key=lambda r: r.key)
 
 
+@pytest.mark.slow
 def test_workers_run_a_process_pool_with_the_thread_records(tmp_path: Path) -> None:
     assert eval_main([*FLAGS, "--out", str(tmp_path / "t")]) == 0
     assert eval_main([*FLAGS, "--out", str(tmp_path / "p"), "--workers", "2"]) == 0

@@ -4,6 +4,7 @@ in-memory span exporter, and the network guard (nothing may leave the machine)."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from _integration_support import Spans
@@ -17,6 +18,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "tests/integrations/" in item.nodeid.replace("\\", "/"):
             item.add_marker(pytest.mark.integrations)
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # the unit loop (`-m "not slow"`) deselects every test here: it need not import the
+    # frameworks at all (several seconds of collection)
+    unit_loop = " ".join(str(config.getoption("markexpr") or "").split()) == "not slow"
+    return True if unit_loop and collection_path.name.startswith("test_") else None
 
 
 @pytest.fixture(autouse=True)

@@ -69,6 +69,7 @@ def test_a_deterministic_blind_policy_scores_exactly_zero() -> None:
     assert res.share_optimal == pytest.approx(12 / 18)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_a_noisy_blind_policy_scores_zero_within_its_noise_floor() -> None:
     rng = random.Random(3)
 
@@ -83,6 +84,7 @@ def test_a_noisy_blind_policy_scores_zero_within_its_noise_floor() -> None:
     assert max(probs) - min(probs) < 0.15
 
 
+@pytest.mark.slow
 def test_half_aware_policy_scores_one_half() -> None:
     rng = random.Random(5)
     oracle = frozenlake_oracle_policy(MODEL, moves=MOVE_LETTERS)

@@ -120,6 +120,7 @@ def test_oracle_vs_noisy_oracle_is_never_worse_and_better_after_mistakes() -> No
     assert set(cmp.to_dict()) >= {"n", "a_better", "a_better_after_mistake"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reseed", [True, False])
 def test_monte_carlo_q_matches_the_exact_values(reseed: bool) -> None:
     model = _model(SLIPPERY, slippery=True)

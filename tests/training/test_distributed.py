@@ -91,6 +91,7 @@ def test_two_ranks_train_as_one_data_parallel_group(tmp_path: Path) -> None:
     assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 14
 
 
+@pytest.mark.slow
 def test_a_single_process_launch_of_several_is_refused(tmp_path: Path) -> None:
     """``--cpu --num_processes 2`` starts one process: the run stops instead of training alone."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]

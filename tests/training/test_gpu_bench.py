@@ -38,6 +38,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_model_is_a_qwen2_that_transformers_loads(model_dir: Path) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
@@ -50,6 +51,7 @@ def test_the_model_is_a_qwen2_that_transformers_loads(model_dir: Path) -> None:
     assert generation["eos_token_id"] == tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
 
 
+@pytest.mark.slow
 def test_the_in_process_path_runs_on_cpu(model_dir: Path) -> None:
     import gpu_phases
 

@@ -118,6 +118,7 @@ def test_the_server_returns_the_same_ids_with_and_without_its_cache(
         assert lps == pytest.approx(want_lps, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_the_servers_memory_stays_flat_over_1000_requests(checkpoint: Path) -> None:
     model, tokenizer = load_pretrained(checkpoint)
     sizes = []

@@ -189,6 +189,7 @@ def test_rollouts_use_the_cache_and_sample_what_rereading_samples(
     assert cached_gen.sampler.ids_fed < reread_gen.sampler.ids_fed
 
 
+@pytest.mark.slow
 def test_the_rollout_bench_runs_in_quick_mode(tmp_path: Any) -> None:
     """bench/rollout_kv.py --quick writes its table (nothing about speed is asserted)."""
     import subprocess

@@ -99,6 +99,7 @@ def _fields(record: Any) -> tuple[Any, ...]:
             record.turns_used, record.output_tokens, record.error)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded"])
 def test_batched_episodes_act_as_at_batch_1(
     temperature: float, tokenizer: Any, tiny_model: Any, tmp_path: Any

@@ -151,6 +151,7 @@ def _replayed(trainer: Trainer, rows: Sequence[Rollout]) -> list[tuple[Any, ...]
     return [(r.prompt_ids, r.response_ids, r.response_mask) for r in out]
 
 
+@pytest.mark.slow
 def test_an_rl_step_trains_the_ids_the_server_saw_and_returned(
     checkpoint: Path, tmp_path: Path
 ) -> None:

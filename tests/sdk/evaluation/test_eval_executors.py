@@ -24,7 +24,7 @@ from budgetmix.evaluation.executors import (
 from budgetmix.exceptions import ConfigError
 
 
-@pytest.fixture(params=["thread", "process"])
+@pytest.fixture(params=["thread", pytest.param("process", marks=pytest.mark.slow)])
 def executor(request: pytest.FixtureRequest) -> UnitExecutor:
     return executor_named(request.param, workers=2)
 

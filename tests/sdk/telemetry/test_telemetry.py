@@ -125,6 +125,7 @@ def test_read_jsonl_spans_names_the_bad_line(tmp_path: Path) -> None:
         read_jsonl_spans(path)
 
 
+@pytest.mark.slow
 def test_burst_of_10k_spans_is_not_dropped_by_default(
     tmp_path: Path, handles: list[TracingHandle]
 ) -> None:
@@ -168,6 +169,7 @@ def _burst_through(processor: BatchSpanProcessor, exporter: _GatedExporter) -> i
     return len(exporter.get_finished_spans())
 
 
+@pytest.mark.slow
 def test_sdk_default_queue_drops_a_burst_ours_keeps(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

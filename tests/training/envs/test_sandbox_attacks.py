@@ -342,6 +342,7 @@ def _have_cgroup() -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_the_memory_of_all_processes_is_capped_together(boundary: str) -> None:
     if not _have_cgroup():
         pytest.skip("no writable memory cgroup here: only the per-process RLIMIT_AS applies")

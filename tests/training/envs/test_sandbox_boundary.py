@@ -130,6 +130,7 @@ def test_a_boundary_that_cannot_be_set_up_is_reported(monkeypatch: pytest.Monkey
         ("import sys\nsys.exit(3)", "exit code 3: "),
     ],
 )
+@pytest.mark.slow
 def test_limits_read_the_same_in_every_boundary(boundary: str, code: str, reason: str) -> None:
     # Only the sleeper meets the wall clock; the others hit their own limit long before.
     wall = 1.5 if "sleep" in code else 20.0

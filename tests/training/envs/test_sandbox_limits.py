@@ -53,6 +53,7 @@ def _have_cgroup() -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_cpu_bomb_of_many_processes_reads_cpu_time_limit(boundary: str) -> None:
     if not _have_cgroup():
         pytest.skip("no writable cgroup here: the run's CPU cannot be summed over its processes")
@@ -74,6 +75,7 @@ def test_a_cpu_bomb_of_many_processes_reads_cpu_time_limit(boundary: str) -> Non
     assert not result.timed_out
 
 
+@pytest.mark.slow
 def test_a_memory_bomb_that_outwaits_the_wall_reads_memory_limit(boundary: str) -> None:
     if not _have_cgroup():
         pytest.skip("no writable memory cgroup here: only the per-process RLIMIT_AS applies")
@@ -187,6 +189,7 @@ def _run_survivor(after_the_run: str) -> None:
     assert not alive, f"the setsid grandchild {pid} (uid {uid}) outlived the unsafe run"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_boundary")
 def test_allow_unsafe_as_root_kills_a_setsid_survivor() -> None:
     _need_unsafe_root()
