@@ -33,6 +33,7 @@ is not counted as a task failure) or are recorded as category ``error``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,7 @@ from budgetmix.environment import (
     Task,
     is_async_agent,
 )
+from budgetmix.evaluation._drive import Call, Core, drive_async, drive_sync
 from budgetmix.evaluation.executors import ThreadExecutor, UnitExecutor
 from budgetmix.evaluation.results import EpisodeRecord, EvalRun, ResultsWriter
 from budgetmix.evaluation.trajectory import (
@@ -80,6 +82,8 @@ from opentelemetry import metrics, trace
 __all__ = ["AgentFactory", "EvalConfig", "EvalRun", "Evaluator", "RunOptions", "derive_seed"]
 
 R = TypeVar("R")
+#: what one played episode gives: its trajectory and its result
+Played = tuple[Trajectory, EpisodeResult]
 
 #: Builds a fresh agent per episode (agents keep per-episode state).
 AgentFactory = Callable[[], EnvAgent | AsyncEnvAgent]
@@ -358,8 +362,10 @@ class Evaluator:
         }
 
     async def _call(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` in the pool, in a copy of this task's context: the agent sees its
+        episode (``current_episode()``) and the current span there, as on the loop."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, fn, *args)
+        return await loop.run_in_executor(self._pool, contextvars.copy_context().run, fn, *args)
 
     def _key(self, task: Task, sample: int) -> EpisodeKey:
         cfg = self.config
@@ -408,22 +414,18 @@ class Evaluator:
         records.sort(key=lambda r: r.budget)
         return records, len(traj.steps)
 
-    async def _act(
-        self, agent: EnvAgent | AsyncEnvAgent, obs: str, notice: str | None, left: int | None
-    ) -> str | AgentReply:
-        if self.is_async:
-            reply: str | AgentReply = await agent.act(obs, notice, left)  # type: ignore[misc]
-            return reply
-        return await self._call(agent.act, obs, notice, left)  # type: ignore[arg-type]
+    async def _play(self, task: Task, key: EpisodeKey, budget: int) -> Played:
+        """One episode, driven to fit the agent (:mod:`._drive`): a sync agent's whole
+        episode in one pool thread (its environment there too, unless ``env_in_thread``
+        is off), an async agent's on the loop."""
+        core = self._episode(task, key, budget)
+        if self.is_async or not self.config.env_in_thread:
+            return await drive_async(core, self._call, agent_awaits=self.is_async,
+                                     env_offloaded=self.config.env_in_thread)  # fmt: skip
+        played: Played = await self._call(drive_sync, core)
+        return played
 
-    async def _env(self, fn: Callable[..., R], *args: Any) -> R:
-        if self.config.env_in_thread:
-            return await self._call(fn, *args)
-        return fn(*args)
-
-    async def _play(
-        self, task: Task, key: EpisodeKey, budget: int
-    ) -> tuple[Trajectory, EpisodeResult]:
+    def _episode(self, task: Task, key: EpisodeKey, budget: int) -> Core[Played]:
         blind = not self.sees_budget
         traj = Trajectory(in_setup=True)
         ep = self._controller.episode(
@@ -436,8 +438,8 @@ class Evaluator:
                 t0 = time.perf_counter()
                 agent = self.agent_factory()
                 env = self._make_env(task)
-                obs = await self._env(env.reset, key.env_seed)
-                await self._env(agent.start, env, key.seed)
+                obs = yield Call(env.reset, (key.env_seed,), True)
+                yield Call(agent.start, (env, key.seed), True)
                 traj.setup_s = time.perf_counter() - t0
                 traj.in_setup = False
                 while True:
@@ -446,11 +448,12 @@ class Evaluator:
                         break
                     ts = time.perf_counter()
                     left = None if blind else ep.state.turns_remaining
-                    reply = await self._act(agent, obs, None if blind else turn.notice, left)
+                    notice = None if blind else turn.notice
+                    reply = yield Call(agent.act, (obs, notice, left), False)
                     r = reply if isinstance(reply, AgentReply) else AgentReply(text=str(reply))
                     result = r.result  # set when the agent took the step itself
                     if result is None:
-                        result = await self._env(env.step, r.text)
+                        result = yield Call(env.step, (r.text,), True)
                     step = observed_step(result, r, latency_s=time.perf_counter() - ts)
                     traj.steps.append(step)
                     record_usage(turn, step)
