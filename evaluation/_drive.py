@@ -43,14 +43,16 @@ def drive_sync(core: Core[R]) -> R:
     error: BaseException | None = None
     while True:
         try:
-            call = core.send(value) if error is None else core.throw(error)
+            call = _step(core, value, error)
         except StopIteration as stop:
             result: R = stop.value
             return result
+        finally:
+            value = error = None  # consumed: a kept exception would keep the core's frame
         try:
-            value, error = call.fn(*call.args), None
+            value = call.fn(*call.args)
         except BaseException as exc:  # the core decides; what it does not handle comes back
-            value, error = None, exc
+            error = exc
 
 
 async def drive_async(
@@ -67,10 +69,12 @@ async def drive_async(
     error: BaseException | None = None
     while True:
         try:
-            call = core.send(value) if error is None else core.throw(error)
+            call = _step(core, value, error)
         except StopIteration as stop:
             result: R = stop.value
             return result
+        finally:
+            value = error = None  # consumed: a kept exception would keep the core's frame
         try:
             if not call.env and agent_awaits:
                 value = await call.fn(*call.args)
@@ -78,6 +82,12 @@ async def drive_async(
                 value = call.fn(*call.args)
             else:
                 value = await offload(call.fn, *call.args)
-            error = None
         except BaseException as exc:  # cancellation too: the core closes its episode
-            value, error = None, exc
+            error = exc
+
+
+def _step(core: Core[Any], value: Any, error: BaseException | None) -> Call:
+    """The core's next call, sent ``value`` or thrown ``error``. The drivers drop both at
+    once: a kept exception's traceback would hold the core's finished frame, and so its
+    agent, which a batching server counts as in flight, until the garbage collector ran."""
+    return core.send(value) if error is None else core.throw(error)

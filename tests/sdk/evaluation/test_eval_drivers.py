@@ -6,7 +6,9 @@ exceptions reach the episode's handling as before."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from _eval_doubles import LineEnv
 from budgetmix import current_episode
 from budgetmix.environment import Task
 from budgetmix.evaluation import EvalConfig, Evaluator
-from budgetmix.evaluation._drive import Call, drive_sync
+from budgetmix.evaluation._drive import Call, drive_async, drive_sync
 
 TASKS = [Task(task_id=f"t{i}", make_env=lambda: LineEnv(goal=3), seed=i) for i in range(4)]
 
@@ -106,3 +108,43 @@ def test_drive_sync_throws_a_calls_exception_into_the_core() -> None:
 
     with pytest.raises(ValueError, match="boom"):
         drive_sync(unhandled())
+
+
+class _Held:
+    pass
+
+
+def _catching(held: _Held):  # type: ignore[no-untyped-def]
+    def boom() -> None:
+        raise ValueError("boom")
+
+    try:
+        yield Call(boom, (), True)
+    except ValueError:
+        return "caught"
+    return "not thrown"
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_caught_exception_leaves_nothing_of_the_core_alive(driver: str) -> None:
+    # a batching server counts an agent in flight until it is freed: no reference cycle
+    # through the exception's traceback may keep the finished core's frame (and agent)
+    held = _Held()
+    ref = weakref.ref(held)
+    core = _catching(held)
+    del held
+    gc.disable()
+    try:
+        if driver == "sync":
+            assert drive_sync(core) == "caught"
+        else:
+
+            async def offload(fn, *args):  # type: ignore[no-untyped-def]
+                return fn(*args)
+
+            run = drive_async(core, offload, agent_awaits=False, env_offloaded=True)
+            assert asyncio.run(run) == "caught"
+        del core
+        assert ref() is None, "the core's frame outlived the episode"
+    finally:
+        gc.enable()
