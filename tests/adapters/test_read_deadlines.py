@@ -112,6 +112,7 @@ def test_an_idle_body_is_cut_off_at_the_idle_deadline(stream: bool) -> None:
     assert late < 1.0 + 0.5, f"cut off {late:.2f} s after the idle deadline"  # + the headers
 
 
+@pytest.mark.slow
 def test_a_trickle_is_cut_off_at_the_total_read_deadline() -> None:
     ctl = controller(wall=None)
     with hostile_server() as server, ctl.episode():

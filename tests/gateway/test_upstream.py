@@ -108,6 +108,7 @@ def test_a_stream_reaches_the_client_as_it_arrives(held: HeldStream) -> None:
     assert record is not None and record.used["turns"] == 1
 
 
+@pytest.mark.slow
 def test_an_upstream_that_is_down_is_a_502_in_the_wires_format() -> None:
     store = MemoryStore()
     config = GatewayConfig(upstream=f"http://127.0.0.1:{free_port()}", conversation=Budget(turns=3))

@@ -84,6 +84,7 @@ def test_flags_are_checked() -> None:
     assert (args.groups, args.group_size, args.sft_steps, args.trl_steps) == (16, 8, 60, 4)
 
 
+@pytest.mark.slow
 def test_without_vllm_the_bench_says_how_to_run_it(
     model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
