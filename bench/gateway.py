@@ -1,7 +1,7 @@
 """What ``budgetmix gateway`` adds to a model call, side by side with LiteLLM's proxy.
 
     .venv/bin/python bench/gateway.py [--calls 300] [--clients 200] [--requests 4000]
-        [--litellm .venv-litellm/bin/litellm]
+        [--litellm .venv-litellm/bin/litellm] [--httpx-pool] [--bare-proxy]
 
 One fast fake upstream (a pure ASGI app on uvicorn, in its own process: constant Chat
 Completions bodies, whole and streamed) and, each in its own process, ``budgetmix
@@ -11,6 +11,11 @@ keeps without a database; its per-key budgets need Postgres). LiteLLM's proxy ex
 older versions of packages budgetmix uses, so it runs from a virtualenv of its own::
 
     python3 -m venv .venv-litellm && .venv-litellm/bin/pip install 'litellm[proxy]'
+
+``--httpx-pool`` adds the same gateway on httpx's own (httpcore's) upstream pool, the one it
+had before aiohttp's (row ``gw-httpx``), so the pool's share is measured side by side.
+``--bare-proxy`` adds :class:`BareProxy` (row ``bare``): uvicorn and the same pool, passing
+requests through unbudgeted, the floor under any gateway on this stack.
 
 1. Latency: one keep-alive client sends ``--calls`` requests on each path in turn (direct,
    gateway, LiteLLM; each round rotates the order, so machine load falls on all three
@@ -89,6 +94,48 @@ async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.body", "body": _WHOLE})
 
 
+class BareProxy:
+    """``--bare-proxy``: the floor under any Python gateway on this stack. The same uvicorn
+    and the same upstream pool as ``budgetmix gateway``, forwarding every request as it
+    came: no budget, no store, no notice, no parsing."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.pool: Any = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        from budgetmix.gateway.app import upstream_transport
+
+        if self.pool is None:
+            self.pool = upstream_transport(httpx.Limits(max_connections=2000))
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        keep = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
+        request = httpx.Request("POST", self.upstream + scope["path"], headers=keep, content=body)
+        response = await self.pool.handle_async_request(request)
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": [(k, v) for k, v in response.headers.raw
+                                if k.lower() not in (b"transfer-encoding", b"connection")]})
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await response.aclose()
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _bare_proxy(upstream: str, work: Path) -> tuple[Any, str]:
+    port = free_port()
+    code = ("import sys; sys.path.insert(0, 'bench'); import uvicorn, gateway; "
+            f"uvicorn.run(gateway.BareProxy({upstream!r}), host='127.0.0.1', port={port}, "
+            "log_level='error', access_log=False, timeout_keep_alive=65, backlog=4096)")
+    return _start([sys.executable, "-c", code], port, work / "bare.log"), f"http://127.0.0.1:{port}"
+
+
 def _start(args: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> Any:
     out = log.open("w")
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
@@ -119,11 +166,19 @@ def _litellm(exe: str, upstream: str, work: Path) -> tuple[Any, str] | None:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def _gateway(upstream: str, work: Path) -> tuple[Any, str]:
+#: ``--httpx-pool``: the same gateway with httpx's own (httpcore's) upstream pool, the one
+#: it had before aiohttp's: what the pool alone changes, side by side
+_HTTPX_POOL = ("import sys, httpx, budgetmix.gateway.app as app; "
+               "app.upstream_transport = lambda limits: httpx.AsyncHTTPTransport(limits=limits); "
+               "from budgetmix.cli import main; sys.argv[0] = 'budgetmix'; sys.exit(main())")
+
+
+def _gateway(upstream: str, work: Path, name: str = "gateway") -> tuple[Any, str]:
     port = free_port()
-    args = [sys.executable, "-m", "budgetmix.cli", "gateway", "--upstream", upstream,
-            "--port", str(port), "--store", f"sqlite://{work}/gateway.db", "--turns", "1000000000"]
-    return _start(args, port, work / "gateway.log"), f"http://127.0.0.1:{port}"
+    launch = ["-c", _HTTPX_POOL] if name == "gw-httpx" else ["-m", "budgetmix.cli"]
+    args = [sys.executable, *launch, "gateway", "--upstream", upstream, "--port", str(port),
+            "--store", f"sqlite://{work}/{name}.db", "--turns", "1000000000"]
+    return _start(args, port, work / f"{name}.log"), f"http://127.0.0.1:{port}"
 
 
 def _one(client: httpx.Client, url: str, stream: bool) -> float:
@@ -221,6 +276,10 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=200)
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--litellm", default=str(ROOT / ".venv-litellm" / "bin" / "litellm"))
+    p.add_argument("--bare-proxy", action="store_true",
+                   help="also a pass-through proxy on the same stack, no budget (row bare)")
+    p.add_argument("--httpx-pool", action="store_true",
+                   help="also the gateway on httpx's own upstream pool (row gw-httpx)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     up_port = free_port()
@@ -235,13 +294,21 @@ def main() -> None:
         procs.append(gw)
         paths = {"direct": upstream + "/v1/chat/completions",
                  "gateway": gw_url + "/v1/chat/completions"}
+        pids = {"direct": procs[0].pid, "gateway": gw.pid}
+        if args.bare_proxy:
+            bare, bare_url = _bare_proxy(upstream, work)
+            procs.append(bare)
+            paths["bare"], pids["bare"] = bare_url + "/v1/chat/completions", bare.pid
+        if args.httpx_pool:
+            old, old_url = _gateway(upstream, work, "gw-httpx")
+            procs.append(old)
+            paths["gw-httpx"], pids["gw-httpx"] = old_url + "/v1/chat/completions", old.pid
         lite = _litellm(args.litellm, upstream, work)
         if lite is not None:
             procs.append(lite[0])
             paths["litellm"] = lite[1] + "/v1/chat/completions"
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}; {args.calls} calls per path and kind")
-        pids = {"direct": procs[0].pid, "gateway": gw.pid}
         if lite is not None:
             pids["litellm"] = lite[0].pid
         for stream in (False, True):
