@@ -70,16 +70,21 @@ _STREAM = [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "hi"
            _chunk({}, "stop"), _chunk({}, usage=True), b"data: [DONE]\n\n"]
 
 
-async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The fake upstream: every POST answered with the constant completion."""
-    if scope["type"] != "http":
-        return
+async def _body(receive: Any) -> bytes:
+    """An ASGI request's whole body."""
     body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The fake upstream: every POST answered with the constant completion."""
+    if scope["type"] != "http":
+        return
+    body = await _body(receive)
     stream = b'"stream": true' in body or b'"stream":true' in body
     if stream:
         await send({"type": "http.response.start", "status": 200,
@@ -110,12 +115,7 @@ class BareProxy:
 
         if self.pool is None:
             self.pool = upstream_transport(httpx.Limits(max_connections=2000))
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await _body(receive)
         keep = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
         request = httpx.Request("POST", self.upstream + scope["path"], headers=keep, content=body)
         response = await self.pool.handle_async_request(request)
