@@ -36,6 +36,8 @@ EXTRA: list[str] = []
 EPISODES = [32]
 #: the start-state sensitivity a kept base needs (None: none; a budget-blind base's design)
 MIN_S: list[float | None] = [0.5]
+#: the exploration a kept base needs: (budget, minimum share of mixed groups), or None
+EXPLORE: list[tuple[int, float] | None] = [None]
 
 
 def check(out: Path, base: int) -> dict[str, object]:
@@ -48,14 +50,18 @@ def check(out: Path, base: int) -> dict[str, object]:
     sets = [a for a in [*SETS, *EXTRA] if a != "--set"]
     cfg = experiment_preset("confirm", **parse_assignments("--set", sets))
     run_base(cfg, out, base, sft_only=True, progress=False)
+    explore = EXPLORE[0]
     m = measure_base(cfg.with_overrides(seed=base), out / f"base{base}" / "runs" / "base" / "final",
-                     episodes=EPISODES[0])  # fmt: skip
+                     episodes=EPISODES[0], explore_budget=None if explore is None else explore[0],
+                     explore_episodes=4 * EPISODES[0])  # fmt: skip
     rate = float(m["error_rate"]["rate"])
     gate = gate_verdict(cfg, rate, source=f"base {base}")
     s = float(m["sensitivity"]["sensitivity"])
     reads = MIN_S[0] is None or s >= MIN_S[0]
+    varies = explore is None or float(m["exploration"]["mixed_groups"]) >= explore[1]
     result = {"base": base, "sensitivity": s, "error_rate": rate, "gate_passed": gate["passed"],
-              "kept": reads and bool(gate["passed"]), "measure": m}  # fmt: skip
+              "explores": varies, "kept": reads and varies and bool(gate["passed"]),
+              "measure": m}  # fmt: skip
     (out / f"check-{base}.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 

@@ -26,6 +26,13 @@ BudgetMix RL sees. A base is kept on the gate alone (its sensitivity is reported
 required: it is blind by design), and the power check needs the BudgetMix arm, not the
 fixed one, to take at least half its updates.
 
+``--explore SHARE`` (amendment 11:40 UTC 2026-12-03; implies ``--blind``): the blind
+demonstrator also guesses at ``SHARE`` of its turns whatever the budget, and SFT learns
+it (``sft_guess_share``), so the base *samples* the guess that the plain blind base never
+did (amendment 07:41). A base is kept only if, besides the gate, at least half of its
+groups of 8 would vary at the design's 25% budget (T = 3): ``1 - p^8 - (1 - p)^8 >= 0.5``
+for its success share ``p`` on 128 pilot episodes there.
+
 Usage: ``python bench/issue29_headroom.py OUT --stop-at HH:MM --last-start HH:MM``
 (run from a snapshot; ``PYTHONPATH`` may point at the snapshot's installed copy);
 ``--dry``: tiny sizes, the whole pipeline end to end (``--force-rl``: every gate passes).
@@ -53,6 +60,8 @@ TWO_ARMS = ["--set", 'methods=["fixed","budgetmix"]']
 #: t quantiles with 15 degrees of freedom (16 units): two-sided 5%, and 80% power
 T_975, T_80 = 2.131, 0.866
 MDE_MAX, TAKEN_MIN = 0.05, 0.5
+#: ``--explore``: the budget at which groups must vary (25% of the ceiling 13), and how often
+EXPLORE_BUDGET, MIXED_MIN = 3, 0.5
 
 
 def _checks(me: list[str], root: Path, stage: str, seeds: list[int]) -> list[dict[str, object]]:
@@ -106,12 +115,18 @@ def main() -> int:
     p.add_argument("--pilot-seeds", default="112,113", help="two pilot SFT seeds")
     p.add_argument("--base-seeds", default="8,9,10,11,12,13", help="confirmatory SFT seeds")
     p.add_argument("--blind", action="store_true", help="the budget-blind clean-label base")
+    p.add_argument("--explore", type=float, default=0.0,
+                   help="with a blind base: the demonstrator's guess share (implies --blind)")
     p.add_argument("--dry", action="store_true")
     p.add_argument("--force-rl", action="store_true", help="with --dry: keep every base")
     p.add_argument("--check", type=int, help=argparse.SUPPRESS)  # the child's entry
     p.add_argument("--stage", default="confirm", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.blind = args.blind or args.explore > 0
     gated.EXTRA.extend(BLIND if args.blind else TAKEN)
+    if args.explore:
+        gated.EXTRA.extend(["--set", f"sft_guess_share={args.explore!r}"])
+        gated.EXPLORE[0] = (EXPLORE_BUDGET, MIXED_MIN)
     if args.blind:
         gated.MIN_S[0] = None
     if args.dry:
@@ -121,7 +136,8 @@ def main() -> int:
     if args.check is not None:
         gated.check(root / args.stage, args.check)
         return 0
-    flags = [*(["--dry"] * args.dry), *(["--blind"] * args.blind)]
+    flags = [*(["--dry"] * args.dry), *(["--blind"] * args.blind),
+             *(["--explore", repr(args.explore)] if args.explore else [])]  # fmt: skip
     me = [sys.executable, __file__, str(root), "--stop-at", args.stop_at,
           "--last-start", args.last_start, *flags]  # fmt: skip
     force = args.dry and args.force_rl

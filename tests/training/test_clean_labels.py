@@ -119,3 +119,58 @@ def test_sft_budgets_every_draws_each_turns_left_value_and_design_keeps_the_mix(
     assert "sft_budgets" not in ExperimentConfig().to_dict()
     with pytest.raises(ConfigError, match="sft_budgets must be one of 'design', 'every'"):
         ExperimentConfig(sft_budgets="all")
+
+
+def test_the_guess_share_is_learned_and_the_same_at_every_budget() -> None:
+    kwargs = {"hops": 4, "demo_ceiling": 13, "demo_labels": "optimal", "demo_guess_share": 0.25}
+    agent: Any = env_spec("fault-chain-compact").make_demo_agent(kwargs, 0.2, 7)
+    env = make_env("fault-chain-compact", hops=4)
+    env.reset(0)
+    assert agent.budget_blind and CHAIN_MOVES[agent.best(env.model, (0, OK), 3, 0)] != "g"
+    for lefts in ((2, 3, 4, 5), (9, 10, 11, 12)):  # guessing pays at the first, not the second
+        replies = [agent(_request(env, lefts[i % 4], 0)) for i in range(4000)]
+        learned = [r.reply for r in replies if r.imitate]
+        share = learned.count("g") / len(learned)
+        assert abs(share - 0.25) < 0.03, lefts  # the learned labels guess at the share
+        assert abs(1 - len(learned) / len(replies) - 0.2) < 0.03  # errors: executed, masked
+    env.step("g")  # a guess in hand is answered, whatever the budget
+    for left in (2, 12):
+        replies = [agent(_request(env, left, 1)) for _ in range(400)]
+        assert {r.reply for r in replies if r.imitate} == {"a"}
+    plain: Any = env_spec("fault-chain-compact").make_demo_agent({**kwargs, "demo_guess_share": 0},
+                                                                 0.2, 7)  # fmt: skip
+    assert {plain(_request(env, 12, 1)).reply for _ in range(50)} != {"a"}  # the blind optimum
+
+
+def test_the_guess_share_reaches_the_chain_demonstrator_only_and_keeps_old_hashes() -> None:
+    chain = {"env": "fault-chain-compact", "env_kwargs": {"hops": 4}, "sft_error_rate": 0.2}
+    env = experiment_env(ExperimentConfig(**chain, sft_guess_share=0.15))
+    assert env.kwargs["demo_guess_share"] == 0.15
+    assert "demo_guess_share" not in experiment_env(ExperimentConfig(**chain)).kwargs
+    assert "sft_guess_share" not in ExperimentConfig(**chain).to_dict()
+    assert ExperimentConfig(**chain, sft_guess_share=0.15).to_dict()["sft_guess_share"] == 0.15
+    with pytest.raises(ConfigError, match="sft_guess_share: needs 'fault-chain-compact'"):
+        experiment_env(ExperimentConfig(sft_guess_share=0.1))
+    with pytest.raises(ConfigError, match="sft_guess_share"):
+        ExperimentConfig(**chain, sft_guess_share=1.5)
+
+
+def test_exploration_gives_the_success_share_and_the_share_of_groups_that_vary(
+    tmp_path: Any,
+) -> None:
+    from budgetmix.training.diagnostics.episodes import pointwise
+    from budgetmix.training.envs.fault_chain_oracle import HELD
+    from budgetmix.training.experiment.pilot import exploration
+    from budgetmix.training.experiment.run import ExperimentRun
+
+    chain = {"env": "fault-chain-compact", "env_kwargs": {"hops": 4}, "sft_error_rate": 0.2}
+    run = ExperimentRun(ExperimentConfig(**chain), tmp_path, False)
+    lookups = exploration(run, pointwise(lambda p: "n"), 3, episodes=64, group_size=8)
+    assert lookups["success"] == 0.0 and lookups["mixed_groups"] == 0.0  # 4 links need 5 turns
+    guess = pointwise(lambda p: "a" if p.state[1] == HELD else "g")
+    res = exploration(run, guess, 3, episodes=400, group_size=8)
+    p = res["success"]
+    assert abs(p - 0.3) < 0.08  # the guess holds at guess_p, then the answer lands
+    assert res["mixed_groups"] == pytest.approx(1 - p**8 - (1 - p) ** 8)
+    with pytest.raises(ConfigError, match="group_size"):
+        exploration(run, guess, 3, episodes=4, group_size=0)

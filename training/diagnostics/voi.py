@@ -54,8 +54,6 @@ __all__ = [
 
 #: The BudgetMix fractions of the ceiling (the experiments' budgets).
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-#: Keyword arguments only the SFT demonstrator reads (ignored by the exact models).
-_DEMO_OPTIONS = frozenset({"demo_gamma", "demo_budget_aware", "demo_ceiling", "demo_labels"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +154,8 @@ EXACT_MODELS: dict[str, Callable[[Mapping[str, Any]], ExactModel]] = {
 def exact_model(name: str, kwargs: Mapping[str, Any] | None = None) -> ExactModel:
     """The exact model of the compact environment ``name`` built with ``kwargs``.
 
-    The demonstrator's options (``demo_gamma``, ``demo_budget_aware``) are ignored.
+    The options only the SFT demonstrator reads (the registry's ``demo_options``:
+    ``demo_gamma``, ``demo_budget_aware``, ...) are ignored.
 
     Raises:
         ConfigError: an environment without an exact model, or bad ``kwargs``
@@ -166,7 +165,10 @@ def exact_model(name: str, kwargs: Mapping[str, Any] | None = None) -> ExactMode
     if builder is None:
         known = ", ".join(sorted(EXACT_MODELS))
         raise ConfigError(f"env: no exact model for {name!r}; known: {known}")
-    own = {k: v for k, v in (kwargs or {}).items() if k not in _DEMO_OPTIONS}
+    from budgetmix.training.envs.registry import env_spec
+
+    demo = env_spec(name).demo_options
+    own = {k: v for k, v in (kwargs or {}).items() if k not in demo}
     try:
         return builder(own)
     except TypeError as exc:

@@ -279,11 +279,17 @@ class ChainDemonstrator:
     ``fractions`` of ``ceiling`` (default: the ceiling at ``error_rate``), which
     acts on the state and the turns used. Aware ties go to the fastest move, blind
     ones to the lowest action id.
+    ``guess_share``: the guess route, whatever the budget. On an unfinished chain in
+    ``OK`` mode the demonstrator fetches a guess at that share of its turns, and with a
+    guess in hand it answers; SFT learns both (errors still apply, executed as above).
+    This gives a budget-blind base that *samples* the two-move guess, so on-policy RL
+    can find where guessing pays (docs/prereg.md, amendment 11:55 UTC 2026-12-03).
+    0 draws nothing, so the demonstrator is as before.
     Called as the trainer's demo hook (``request.env``, ``request.state``) or
     through :meth:`move`.
 
     Raises:
-        ConfigError: ``error_rate`` outside ``[0, 1]``, ``labels`` not one of
+        ConfigError: ``error_rate`` or ``guess_share`` outside ``[0, 1]``, ``labels`` not one of
             :data:`DEMO_LABELS`; when called, an environment without a :class:`ChainModel`.
     """
 
@@ -297,8 +303,10 @@ class ChainDemonstrator:
         fractions: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
         plan_error_rate: float | None = None,
         labels: str = "taken",
+        guess_share: float = 0.0,
     ) -> None:
         check_between("error_rate", error_rate, 0, 1)
+        self.guess_share = check_between("guess_share", guess_share, 0, 1)
         self.labels = check_choice("labels", labels, DEMO_LABELS)
         self.error_rate, self.budget_blind = error_rate, budget_blind
         self.plan = error_rate if plan_error_rate is None else plan_error_rate
@@ -331,6 +339,19 @@ class ChainDemonstrator:
             tables = self._aware[model] = _Tables(model, self.plan)
         return tables.move(max(1, turns_left), s)
 
+    def _learned(
+        self, model: ChainModel, state: tuple[int, int], turns_left: int, used: int
+    ) -> int:
+        """:meth:`best`, or with ``guess_share`` the guess route: a guess in hand is
+        answered, and an unfinished chain is guessed at that share of turns."""
+        if self.guess_share:
+            links, mode = state
+            if mode == HELD:
+                return ANSWER
+            if mode == OK and links < model.hops and self.rng.random() < self.guess_share:
+                return GUESS
+        return self.best(model, state, turns_left, used)
+
     def move(self, model: ChainModel, state: tuple[int, int], turns_left: int, used: int) -> str:
         """The (possibly wrong) move letter."""
         return CHAIN_MOVES[self._draw(model, state, turns_left, used)[1]]
@@ -338,8 +359,9 @@ class ChainDemonstrator:
     def _draw(
         self, model: ChainModel, state: tuple[int, int], turns_left: int, used: int
     ) -> tuple[int, int]:
-        """The optimal action id and the one taken (a random other one at ``error_rate``)."""
-        best = taken = self.best(model, state, turns_left, used)
+        """The action id SFT should learn and the one taken (a random other one at
+        ``error_rate``)."""
+        best = taken = self._learned(model, state, turns_left, used)
         if self.error_rate and self.rng.random() < self.error_rate:
             taken = self.rng.choice([a for a in range(len(CHAIN_MOVES)) if a != best])
         return best, taken
@@ -361,14 +383,17 @@ class ChainDemonstrator:
 
 
 #: The environment keywords only the demonstrator reads (the registry drops them).
-CHAIN_DEMO_OPTIONS = frozenset({"demo_budget_aware", "demo_ceiling", "demo_gamma", "demo_labels"})
+CHAIN_DEMO_OPTIONS = frozenset(
+    {"demo_budget_aware", "demo_ceiling", "demo_gamma", "demo_labels", "demo_guess_share"}
+)
 
 
 def chain_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> ChainDemonstrator:
     """The registry's demonstrator factory: budget-blind unless ``demo_budget_aware``;
     ``demo_ceiling`` fixes the blind prior's ceiling (default: the ceiling at the
     error rate); ``demo_labels`` is :class:`ChainDemonstrator`'s ``labels`` (default
-    ``"taken"``); ``demo_gamma`` is accepted for the experiment presets and unused."""
+    ``"taken"``); ``demo_guess_share`` is its ``guess_share`` (default 0); ``demo_gamma``
+    is accepted for the experiment presets and unused."""
     ceiling = kwargs.get("demo_ceiling")
     return ChainDemonstrator(
         error_rate,
@@ -376,4 +401,5 @@ def chain_demo(kwargs: Mapping[str, Any], error_rate: float, seed: int) -> Chain
         budget_blind=not kwargs.get("demo_budget_aware", False),
         ceiling=None if ceiling is None else int(ceiling),
         labels=kwargs.get("demo_labels", "taken"),
+        guess_share=float(kwargs.get("demo_guess_share", 0.0)),
     )

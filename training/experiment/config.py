@@ -96,7 +96,9 @@ class ExperimentConfig:
     the demonstrator made, ``"optimal"`` only its optimal ones (its errors are executed,
     not learned; ``fault-chain-compact`` only); ``sft_budgets`` ``"design"`` draws SFT's
     budgets like BudgetMix's (the design's fractions of the ceiling), ``"every"`` each
-    T in 1..ceiling equally often (the base sees every turns-left value). RL per arm in
+    T in 1..ceiling equally often (the base sees every turns-left value);
+    ``sft_guess_share``: the chain demonstrator guesses at that share of its turns,
+    whatever the budget, and SFT learns it (``fault-chain-compact`` only). RL per arm in
     ``methods`` (see :data:`ARM_SETTINGS`) and training seed: GRPO groups of ``groups_per_step`` x
     ``group_size`` rollouts until ``token_budget`` tokens are sampled (the
     stopping rule, the same for every arm; ``rl_steps`` caps the steps), lr ``lr``
@@ -132,6 +134,7 @@ class ExperimentConfig:
     sft_error_rate: float = 0.3
     sft_labels: str = "taken"
     sft_budgets: str = "design"
+    sft_guess_share: float = 0.0
     demo_budget_aware: bool = True
     demo_gamma: float = 0.99
     sft_lr: float = 3e-3
@@ -164,7 +167,7 @@ class ExperimentConfig:
             check_int(f"{own}.{name}", getattr(self, name), minimum=low)
         if self.ceiling is not None:
             check_int(f"{own}.ceiling", self.ceiling, minimum=2)
-        for name in ("success_rate", "sft_error_rate", "demo_gamma"):
+        for name in ("success_rate", "sft_error_rate", "demo_gamma", "sft_guess_share"):
             check_between(f"{own}.{name}", getattr(self, name), 0, 1)
         for name in ("sft_lr", "lr"):
             check_number(f"{own}.{name}", getattr(self, name), positive=True)
@@ -248,7 +251,11 @@ class ExperimentConfig:
 
 
 #: Fields added after runs were fingerprinted, with the value every earlier run had.
-_ADDED_LATER: dict[str, Any] = {"sft_labels": "taken", "sft_budgets": "design"}
+_ADDED_LATER: dict[str, Any] = {
+    "sft_labels": "taken",
+    "sft_budgets": "design",
+    "sft_guess_share": 0.0,
+}
 
 #: Issue 29's environment as the confirmatory design runs it (docs/prereg.md, *Issue 29*).
 CHAIN_ENV: dict[str, Any] = {

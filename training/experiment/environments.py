@@ -210,6 +210,8 @@ def _chain(config: ExperimentConfig) -> ExperimentEnv:
             "demo_budget_aware": config.demo_budget_aware,
             "demo_ceiling": ceiling,
             "demo_labels": config.sft_labels,
+            # only when set, so earlier runs' configs (and their hashes) are unchanged
+            **({"demo_guess_share": config.sft_guess_share} if config.sft_guess_share else {}),
         },
         label=(
             f"{model.hops}-link chain with repairs, fault_p {model.fault_p}, guess_p "
@@ -231,10 +233,16 @@ def experiment_env(config: ExperimentConfig) -> ExperimentEnv:
 
     Raises:
         ConfigError: an invalid map or environment keyword (the message names it), or
-            ``sft_labels="optimal"`` for an environment whose demonstrator has no such labels.
+            ``sft_labels="optimal"`` or an ``sft_guess_share`` for an environment whose
+            demonstrator has no such option.
     """
     if config.env == CHAIN_ENV_NAME:
         return _chain(config)
+    if config.sft_guess_share:
+        raise ConfigError(
+            f"ExperimentConfig.sft_guess_share: needs {CHAIN_ENV_NAME!r}'s demonstrator; "
+            f"{config.env!r} has no guess"
+        )
     if config.sft_labels != "taken":
         raise ConfigError(
             f"ExperimentConfig.sft_labels: 'optimal' needs {CHAIN_ENV_NAME!r}'s demonstrator; "

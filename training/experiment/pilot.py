@@ -30,7 +30,7 @@ from budgetmix.training.diagnostics.episodes import EpisodeTrace, QFunction, run
 from budgetmix.training.envs.registry import env_tasks
 from budgetmix.training.experiment.config import ExperimentConfig
 
-__all__ = ["PILOT_SEED_BASE", "measure_base", "measured_error_rate", "sft_pilot"]
+__all__ = ["PILOT_SEED_BASE", "exploration", "measure_base", "measured_error_rate", "sft_pilot"]
 
 #: Slip seeds of pilot episodes: above every confirmatory range (run.EVAL_SEED_BASE + 3M).
 PILOT_SEED_BASE = 7_000_000
@@ -95,8 +95,38 @@ def _measure(run: Any, policy: Any, episodes: int) -> dict[str, Any]:
     }
 
 
+def exploration(
+    run: Any, policy: Any, budget: int, *, episodes: int, group_size: int
+) -> dict[str, Any]:
+    """Whether on-policy RL groups can vary at ``budget`` turns: ``policy``'s success
+    share ``p`` on ``episodes`` pilot episodes, and the share of groups of ``group_size``
+    independent rollouts whose outcomes differ, ``1 - p**g - (1 - p)**g`` (a group
+    whose rollouts all agree has no advantage and is skipped as zero-variance).
+
+    Raises:
+        ConfigError: ``budget``, ``episodes`` or ``group_size`` below 1.
+    """
+    from budgetmix._validate import check_int
+
+    check_int("episodes", episodes, minimum=1)
+    check_int("group_size", group_size, minimum=1)
+    tasks = env_tasks(
+        run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
+    )
+    traces = run_episodes(tasks, policy, budget, q=run.q, moves=run.env.moves)
+    p = sum(tr.success for tr in traces) / len(traces)
+    mixed = 1.0 - p**group_size - (1.0 - p) ** group_size
+    return {"budget": budget, "episodes": episodes, "success": p, "group_size": group_size,
+            "mixed_groups": mixed}  # fmt: skip
+
+
 def measure_base(
-    config: ExperimentConfig, model_dir: str | Path, *, episodes: int = 32
+    config: ExperimentConfig,
+    model_dir: str | Path,
+    *,
+    episodes: int = 32,
+    explore_budget: int | None = None,
+    explore_episodes: int = 128,
 ) -> dict[str, Any]:
     """The pilot's measurement of a saved base (``model_dir``), on pilot episodes.
 
@@ -104,6 +134,9 @@ def measure_base(
     with the same sampling seed for ``config.seed``, so a base the pilot trained
     measures here exactly as the pilot measured it. Used to check each confirmatory
     base before any RL from it (docs/prereg.md, amendment 20:32 UTC 2026-12-02).
+    ``explore_budget``: after those, also :func:`exploration` at that budget on
+    ``explore_episodes`` pilot episodes, with the config's group size (the earlier
+    measurements are unchanged by it).
     """
     from budgetmix.training.data.reproducibility import reproducible
     from budgetmix.training.experiment.lm import load_lm_policy
@@ -112,7 +145,12 @@ def measure_base(
     run = ExperimentRun(config, Path(model_dir).parent, False)
     with reproducible(config.threads):
         policy = load_lm_policy(Path(model_dir), seed=_policy_seed(config))[0]
-        return dict(_measure(run, policy, episodes))
+        out = dict(_measure(run, policy, episodes))
+        if explore_budget is not None:
+            out["exploration"] = exploration(run, policy, explore_budget,
+                                             episodes=explore_episodes,
+                                             group_size=config.group_size)  # fmt: skip
+        return out
 
 
 def _policy_seed(config: ExperimentConfig) -> int:

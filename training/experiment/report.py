@@ -31,6 +31,11 @@ __all__ = ["PAPER_GAPS", "markdown", "write_report"]
 PAPER_GAPS = {"25%": 7.5, "50%": 5.3, "75%": 4.0, "100%": 0.0}
 
 
+def _guess_note(share: float) -> str:
+    """The base's exploration share, when its demonstrator guesses whatever the budget."""
+    return f", guessing at {share:.0%} of its turns whatever the budget" if share else ""
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
@@ -89,6 +94,7 @@ def _setup(report: ExperimentReport, command: str | None) -> list[str]:
         f"{'aware' if cfg.get('demo_budget_aware') else 'blind'} demonstrator erring "
         f"{cfg['sft_error_rate']:.0%} of the time"
         f"{' (errors executed, not learned)' if cfg.get('sft_labels') == 'optimal' else ''}"
+        f"{_guess_note(cfg.get('sft_guess_share', 0.0))}"
         ". RL: GRPO groups of "
         f"{cfg['groups_per_step']} x {cfg['group_size']} rollouts until "
         f"{cfg.get('token_budget')} sampled tokens per run (cap {cfg['rl_steps']} steps), "
