@@ -26,7 +26,7 @@ BudgetMix RL sees. A base is kept on the gate alone (its sensitivity is reported
 required: it is blind by design), and the power check needs the BudgetMix arm, not the
 fixed one, to take at least half its updates.
 
-``--explore SHARE`` (amendment 11:40 UTC 2026-12-03; implies ``--blind``): the blind
+``--explore SHARE`` (amendment 11:19 UTC 2026-12-03; implies ``--blind``): the blind
 demonstrator also guesses at ``SHARE`` of its turns whatever the budget, and SFT learns
 it (``sft_guess_share``), so the base *samples* the guess that the plain blind base never
 did (amendment 07:41). A base is kept only if, besides the gate, at least half of its

@@ -283,7 +283,7 @@ class ChainDemonstrator:
     ``OK`` mode the demonstrator fetches a guess at that share of its turns, and with a
     guess in hand it answers; SFT learns both (errors still apply, executed as above).
     This gives a budget-blind base that *samples* the two-move guess, so on-policy RL
-    can find where guessing pays (docs/prereg.md, amendment 11:55 UTC 2026-12-03).
+    can find where guessing pays (docs/prereg.md, amendment 11:19 UTC 2026-12-03).
     0 draws nothing, so the demonstrator is as before.
     Called as the trainer's demo hook (``request.env``, ``request.state``) or
     through :meth:`move`.
