@@ -156,6 +156,12 @@ class Ledger:
         used["wall_seconds"] = self.elapsed()
         return LedgerState(self._limits.copy(), used, in_turn)
 
+    def charged_state(self, *, in_turn: bool = False) -> LedgerState:
+        """Snapshot as this ledger's last charge left it: here the same as :meth:`state`;
+        a stored ledger does not read its store again (the notice of a turn says what
+        that turn's atomic charge left, whatever another process charged since)."""
+        return self.state(in_turn=in_turn)
+
     def used(self, dimension: str) -> float:
         """Units of ``dimension`` charged to this ledger so far (wall seconds read now).
 

@@ -142,6 +142,10 @@ class StoredLedger(Ledger):
         self._reread()
         return super().state(in_turn=in_turn)
 
+    def charged_state(self, *, in_turn: bool = False) -> LedgerState:
+        """See :meth:`Ledger.charged_state`: the numbers of the store's last answer."""
+        return super().state(in_turn=in_turn)
+
     def counts(self) -> dict[str, float]:
         """Usage in every dimension, read from the store (wall seconds read now; the last
         numbers read when the store cannot be reached)."""

@@ -106,3 +106,35 @@ def test_a_bad_store_is_named() -> None:
     controller = BudgetController(Budget(turns=3))
     with pytest.raises(Exception, match="store must be a LedgerStore"):
         controller.episode(store=object())  # type: ignore[arg-type]
+
+
+class _Racing(MemoryStore):
+    """A store where another process charges the same ledger right after each charge."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, key: str) -> object:  # type: ignore[override]
+        self.reads += 1
+        return super().read(key)
+
+    def charge(self, chain, add, gate=(), idempotency_key=None):  # type: ignore[no-untyped-def,override]
+        answer = super().charge(chain, add, gate, idempotency_key)
+        super().charge(chain, {"turns": 1}, gate)  # the other process's turn, in between
+        return answer
+
+
+def test_a_turns_notice_says_what_its_own_charge_left_without_reading_the_store_again() -> None:
+    store = _Racing()
+    controller = BudgetController(Budget(turns=6))
+    with controller.episode(episode_id="job-7", store=store) as ep:
+        reads = store.reads
+        turn = ep.begin_turn()
+        assert store.reads == reads  # no read between the charge and the notice
+        # turn 1 as this charge left it (a reread would number it 2, after the other's)
+        assert turn.notice == "Budget (v1): turn 1 of 6, 6 turns left including this one."
+        turn.end()
+        assert ep.state.used["turns"] == 2  # a snapshot reads the store: both turns
+        turn = ep.begin_turn()
+        assert turn.notice == "Budget (v1): turn 3 of 6, 4 turns left including this one."
