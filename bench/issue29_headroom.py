@@ -27,11 +27,12 @@ required: it is blind by design), and the power check needs the BudgetMix arm, n
 fixed one, to take at least half its updates.
 
 ``--explore SHARE`` (amendment 11:19 UTC 2026-12-03; implies ``--blind``): the blind
-demonstrator also guesses at ``SHARE`` of its turns whatever the budget, and SFT learns
-it (``sft_guess_share``), so the base *samples* the guess that the plain blind base never
-did (amendment 07:41). A base is kept only if, besides the gate, at least half of its
-groups of 8 would vary at the design's 25% budget (T = 3): ``1 - p^8 - (1 - p)^8 >= 0.5``
-for its success share ``p`` on 128 pilot episodes there.
+demonstrator also takes the guess route whatever the budget (a guess at ``SHARE`` of its
+turns on an unfinished chain, then the answer), and SFT learns it (``sft_guess_share``),
+so the base *samples* the guess that the plain blind base never did (amendment 07:41).
+A base is kept only if, besides the gate, at least half of its groups of 8 would vary
+at the design's 25% budget (T = 3): ``1 - p^8 - (1 - p)^8 >= 0.5`` for its success
+share ``p`` on 128 pilot episodes there.
 
 Usage: ``python bench/issue29_headroom.py OUT --stop-at HH:MM --last-start HH:MM``
 (run from a snapshot; ``PYTHONPATH`` may point at the snapshot's installed copy);

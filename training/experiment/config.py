@@ -97,8 +97,9 @@ class ExperimentConfig:
     not learned; ``fault-chain-compact`` only); ``sft_budgets`` ``"design"`` draws SFT's
     budgets like BudgetMix's (the design's fractions of the ceiling), ``"every"`` each
     T in 1..ceiling equally often (the base sees every turns-left value);
-    ``sft_guess_share``: the chain demonstrator guesses at that share of its turns,
-    whatever the budget, and SFT learns it (``fault-chain-compact`` only). RL per arm in
+    ``sft_guess_share``: the chain demonstrator takes the guess route whatever the budget
+    (a guess at that share of its turns on an unfinished chain, then the answer) and SFT
+    learns it (``fault-chain-compact`` only). RL per arm in
     ``methods`` (see :data:`ARM_SETTINGS`) and training seed: GRPO groups of ``groups_per_step`` x
     ``group_size`` rollouts until ``token_budget`` tokens are sampled (the
     stopping rule, the same for every arm; ``rl_steps`` caps the steps), lr ``lr``

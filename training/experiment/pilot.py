@@ -74,12 +74,17 @@ def measured_error_rate(
     }
 
 
+def _pilot_tasks(run: Any, episodes: int) -> list[Any]:
+    """``episodes`` tasks of ``run``'s environment on pilot slip seeds."""
+    return list(env_tasks(
+        run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
+    ))  # fmt: skip
+
+
 def _measure(run: Any, policy: Any, episodes: int) -> dict[str, Any]:
     """The start-state sensitivity and the measured error rate of ``policy`` (see the notes)."""
     top = max(run.budgets.values())
-    tasks = env_tasks(
-        run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
-    )
+    tasks = _pilot_tasks(run, episodes)
     sens = budget_sensitivity(
         tasks, policy, list(range(run.env.sensitivity_from, top + 1)), run.q,
         run.env.parse, moves=run.env.moves,
@@ -110,10 +115,7 @@ def exploration(
 
     check_int("episodes", episodes, minimum=1)
     check_int("group_size", group_size, minimum=1)
-    tasks = env_tasks(
-        run.env.name, range(PILOT_SEED_BASE, PILOT_SEED_BASE + episodes), run.env_kwargs
-    )
-    traces = run_episodes(tasks, policy, budget, q=run.q, moves=run.env.moves)
+    traces = run_episodes(_pilot_tasks(run, episodes), policy, budget, q=run.q, moves=run.env.moves)
     p = sum(tr.success for tr in traces) / len(traces)
     mixed = 1.0 - p**group_size - (1.0 - p) ** group_size
     return {"budget": budget, "episodes": episodes, "success": p, "group_size": group_size,
