@@ -210,8 +210,7 @@ class Episode:
     def _open_turn(self, model: str | None, *, grace: bool) -> Turn:
         c = self.controller
         # a charged turn is told what its charge left (no second read of a store)
-        ledger = self.ledger
-        state = ledger.state(in_turn=True) if grace else ledger.charged_state(in_turn=True)
+        state = (self.ledger.state if grace else self.ledger.charged_state)(in_turn=True)
         notice: str | None = None
         if grace or c.notice.should_notify(state):
             notice = render_notice(state, c.notice.format)
