@@ -164,9 +164,10 @@ def test_reproducible_pins_for_the_block_and_restores() -> None:
 
 
 def test_pin_kernels_keeps_a_value_already_set() -> None:
-    env = {"MKL_CBWR": "COMPATIBLE"}
-    assert pin_kernels(env) == {**PINNED_KERNELS, "MKL_CBWR": "COMPATIBLE"}
-    assert env == {**PINNED_KERNELS, "MKL_CBWR": "COMPATIBLE"}
+    env = {"MKL_CBWR": "AUTO"}
+    assert PINNED_KERNELS["MKL_CBWR"] != "AUTO"
+    assert pin_kernels(env) == {**PINNED_KERNELS, "MKL_CBWR": "AUTO"}
+    assert env == {**PINNED_KERNELS, "MKL_CBWR": "AUTO"}
     assert os.environ["ATEN_CPU_CAPABILITY"]  # the test session pins them (conftest)
 
 

@@ -6,12 +6,14 @@ that change float summation order are fixed here (docs/training.md, Reproducibil
 
 * **kernels** (:func:`pin_kernels`): ATen's vectorised kernels at the AVX2 level
   (``ATEN_CPU_CAPABILITY=avx2``; an AVX-512 machine otherwise sums softmax and
-  reductions in another order), MKL's GEMM in its AVX2 conditional-numerical-
-  reproducibility branch in strict mode (``MKL_CBWR=AVX2,STRICT``: the same bits
-  on every AVX2 machine *and* for any MKL thread count) and oneDNN capped at AVX2.
-  They are environment defaults (a value already set wins) read when torch runs its
-  first kernel, so they must be set before that; :func:`kernel_settings` records
-  what is actually in force.
+  reductions in another order), MKL's GEMM in its compatible conditional-numerical-
+  reproducibility branch (``MKL_CBWR=COMPATIBLE``: the one branch MKL honours on
+  every x86 vendor; on an AMD CPU it silently replaces any other branch, ``AVX2``
+  included, by ``AUTO``, so Intel and AMD machines summed in other orders) and
+  oneDNN capped at AVX2. They are environment defaults (a value already set wins)
+  read when torch runs its first kernel, so they must be set before that;
+  :func:`kernel_settings` records what is actually in force, MKL's branch as MKL
+  itself reports it (:func:`mkl_branch_in_force`).
 * **threads** (:func:`reproducible`): torch's intra-op thread count is the config's
   ``threads`` for the run, not the machine's core count or ``OMP_NUM_THREADS``
   (ATen splits a reduction per thread), and ``torch.use_deterministic_algorithms``
@@ -43,6 +45,7 @@ __all__ = [
     "kernel_settings",
     "keyed_generator",
     "keyed_random",
+    "mkl_branch_in_force",
     "pin_kernels",
     "reproducible",
     "stream_seed",
@@ -52,7 +55,7 @@ __all__ = [
 #: Environment defaults that fix the CPU kernels torch, MKL and oneDNN pick.
 PINNED_KERNELS: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2,STRICT",
+    "MKL_CBWR": "COMPATIBLE",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
 
@@ -69,7 +72,8 @@ def pin_kernels(environ: MutableMapping[str, str] | None = None) -> dict[str, st
 
 def kernel_settings() -> dict[str, Any]:
     """The kernels in force: ATen's capability as torch reports it (``AVX2`` when the pin
-    took effect) and the MKL and oneDNN variables."""
+    took effect), the MKL and oneDNN variables, and the branch MKL runs
+    (:func:`mkl_branch_in_force`: it can differ from ``MKL_CBWR``)."""
     import torch
 
     return {
@@ -79,7 +83,39 @@ def kernel_settings() -> dict[str, Any]:
             for name in PINNED_KERNELS
             if name != "ATEN_CPU_CAPABILITY"
         },
+        "mkl_cbwr_in_force": mkl_branch_in_force(),
     }
+
+
+#: MKL's conditional-numerical-reproducibility codes (``mkl_cbwr.h``).
+_MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
+                 8: "SSE4_2", 9: "AVX", 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}  # fmt: skip
+_MKL_STRICT = 0x10000
+_MKL_CBWR_ALL = -1
+
+
+def mkl_branch_in_force() -> str | None:
+    """The branch MKL's GEMM runs, as MKL reports it (``"COMPATIBLE"``, ``"AUTO,STRICT"``,
+    ...), read from the MKL inside torch's CPU library; ``None`` where torch carries no
+    MKL (an ARM build) or the library cannot be opened.
+
+    MKL reads ``MKL_CBWR`` at its first call and falls back to ``AUTO`` for a branch this
+    CPU's vendor does not get (every branch but ``COMPATIBLE`` on AMD), without a word.
+    """
+    import ctypes
+    from pathlib import Path
+
+    import torch
+
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        get = lib.mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
+    code = get(_MKL_CBWR_ALL)
+    name = _MKL_BRANCHES.get(code & ~_MKL_STRICT, str(code & ~_MKL_STRICT))
+    return f"{name},STRICT" if code & _MKL_STRICT else name
 
 
 #: The instruction-set flags that can change which code a pinned kernel runs, or its bits.

@@ -1,0 +1,79 @@
+"""The pinned kernels are the ones that run, and they give the same bits on any x86 CPU.
+
+MKL reads ``MKL_CBWR`` once and, on a CPU of a vendor a branch is not offered to, runs
+``AUTO`` instead without a word: on AMD every branch but ``COMPATIBLE`` falls back. The
+``AVX2,STRICT`` pin that came before issue 28's fix was therefore honoured on Intel and
+ignored on AMD, and the two trained other bits. Each check runs in a fresh process,
+because the first MKL call of a process fixes the branch.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+from budgetmix.training.data.reproducibility import PINNED_KERNELS
+
+torch = pytest.importorskip("torch")
+
+#: A 65x513 by 513x33 float32 GEMM of integer-built inputs under the pins, one thread.
+#: Computed on torch 2.13.0 (its MKL 2024.0), AMD EPYC; ``AUTO`` there gives ``ba538a30...``.
+REFERENCE_GEMM = "23179ac396beab808a972bd36fb1bd882311a0989bb38f453de33c3e5368ceb4"
+REFERENCE_TORCH = "2.13.0"
+
+_SCRIPT = """
+import hashlib, torch
+from budgetmix.training.data.reproducibility import mkl_branch_in_force, pin_kernels
+pin_kernels()
+def mat(rows, cols, salt):
+    vals = [((i * 7919 + salt) % 1999 - 999) / 997.0 for i in range(rows * cols)]
+    return torch.tensor(vals, dtype=torch.float32).reshape(rows, cols)
+torch.set_num_threads(1)
+c = mat(65, 513, 1) @ mat(513, 33, 2)
+print(mkl_branch_in_force(), hashlib.sha256(c.numpy().tobytes()).hexdigest())
+"""
+
+
+def _fresh(env: dict[str, str]) -> tuple[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in PINNED_KERNELS}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    branch, digest = done.stdout.split()
+    return branch, digest
+
+
+def _needs_mkl() -> None:
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip(f"MKL is x86 only; this is {platform.machine()}")
+    if "BLAS_INFO=mkl" not in torch.__config__.show():
+        pytest.skip("this torch build carries no MKL")
+
+
+def test_mkl_runs_the_branch_the_trainer_pins() -> None:
+    _needs_mkl()
+    branch, _ = _fresh({})
+    assert branch == PINNED_KERNELS["MKL_CBWR"]
+
+
+def test_a_branch_mkl_replaces_is_reported_as_the_one_that_runs() -> None:
+    _needs_mkl()
+    assert _fresh({"MKL_CBWR": "AUTO,STRICT"})[0] == "AUTO,STRICT"
+    assert _fresh({"MKL_CBWR": "COMPATIBLE"})[0] == "COMPATIBLE"
+
+
+def test_the_pinned_gemm_gives_the_reference_bits_on_this_cpu() -> None:
+    _needs_mkl()
+    if torch.__version__.split("+")[0] != REFERENCE_TORCH:
+        pytest.skip(f"the reference is torch {REFERENCE_TORCH}'s MKL; this is {torch.__version__}")
+    one = _fresh({"MKL_NUM_THREADS": "1"})[1]
+    assert one == REFERENCE_GEMM
+    assert _fresh({"MKL_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"})[1] == REFERENCE_GEMM
