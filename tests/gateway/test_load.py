@@ -1,6 +1,8 @@
 """Load and faults, bounded: gateway processes over one store, 200 clients, budgets that
 bind. 0 overspend, 0 lost charges, every client outcome defined; with Redis killed and
-restarted under the load, fail closed (503) and nothing sent upstream unbudgeted. Each
+restarted under the load, fail closed (503) and nothing sent upstream unbudgeted. A
+client answered 503 backs off until the store is back (the fault's length is counted in
+requests, not seconds, so a slow machine sees the same fault). Each
 request carries an idempotency key; a client whose connection is lost (a reset under
 load) retries with it, as the SDKs retry connection errors, and is charged once.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -39,15 +42,26 @@ def _config(path: Path, upstream: str, store: str) -> Path:
     return path
 
 
-async def _drive(urls: list[str], progress: list[int], phase: dict[str, str]) -> Counter[str]:
-    outcomes: Counter[str] = Counter()
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS,
-                          keepalive_expiry=2.0)
+class _Phase:
+    """Where the fault stands, shared by the clients and the fault: ``back`` is set once the
+    store answers again (or at once, with no fault)."""
+
+    def __init__(self) -> None:
+        self.now, self.progress, self.waiting, self.finished = "up", 0, 0, 0
+        self.back = asyncio.Event()
+
+
+async def _drive(urls: list[str], phase: _Phase, outcomes: Counter[str]) -> Counter[str]:
+    limits = httpx.Limits(
+        max_connections=CLIENTS, max_keepalive_connections=CLIENTS, keepalive_expiry=2.0
+    )
     async with httpx.AsyncClient(limits=limits, timeout=60) as http:
 
         async def client(i: int) -> None:
-            headers = {"authorization": f"Bearer sk-tenant-{i % TENANTS}",
-                       "x-budgetmix-conversation": f"c{i}"}
+            headers = {
+                "authorization": f"Bearer sk-tenant-{i % TENANTS}",
+                "x-budgetmix-conversation": f"c{i}",
+            }
             for n in range(REQUESTS // CLIENTS):
                 url = urls[(i + n) % len(urls)] + "/v1/chat/completions"
                 keyed = {**headers, "idempotency-key": f"c{i}-{n}"}
@@ -59,38 +73,73 @@ async def _drive(urls: list[str], progress: list[int], phase: dict[str, str]) ->
                         outcomes["retries after a lost connection"] += 1
                 else:
                     outcomes["undefined: no answer in 3 tries"] += 1
-                    progress[0] += 1
+                    phase.progress += 1
                     continue
                 ok = r.status_code == 200
                 answer = r.json()["choices"][0]["message"]["content"] if ok else ""
                 if r.status_code == 200 and r.headers.get("x-budgetmix-exhausted") == "true":
                     outcomes["exhausted"] += 1
-                    if phase["now"] == "restarted":  # refused by what the store holds
+                    if phase.now == "restarted":  # refused by what the store holds
                         outcomes["store used after the restart"] += 1
                 elif answer == "done":
                     outcomes["answered"] += 1
-                    if phase["now"] == "restarted":
+                    if phase.now == "restarted":
                         outcomes["store used after the restart"] += 1
                 elif r.status_code == 503 and "budget store" in r.json()["error"]["message"]:
                     outcomes["store_down"] += 1
+                    phase.progress += 1
+                    phase.waiting += 1  # backs off until the store is back, as clients do
+                    await phase.back.wait()
+                    phase.waiting -= 1
+                    continue
                 else:
                     outcomes[f"undefined {r.status_code}"] += 1
-                progress[0] += 1
+                phase.progress += 1
+            phase.finished += 1
 
         await asyncio.gather(*(client(i) for i in range(CLIENTS)))
     return outcomes
 
 
+async def _until(condition: Callable[[], bool], load: asyncio.Future[Counter[str]]) -> None:
+    while not condition() and not load.done():
+        await asyncio.sleep(0.01)
+
+
+async def _store_answers(url: str) -> None:
+    """Until Redis answers (it refuses with LOADING while it replays its append-only file)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        while True:
+            try:
+                await client.ping()
+                return
+            except aioredis.RedisError:
+                await asyncio.sleep(0.01)
+    finally:
+        await client.aclose()
+
+
 async def _with_fault(urls: list[str], redis: RedisProcess | None) -> Counter[str]:
-    progress, phase = [0], {"now": "up"}
-    load = asyncio.ensure_future(_drive(urls, progress, phase))
-    if redis is not None:  # killed at a third of the load, back after half a second
-        while progress[0] < REQUESTS // 3 and not load.done():
-            await asyncio.sleep(0.01)
+    phase, outcomes = _Phase(), Counter[str]()
+    if redis is None:
+        phase.back.set()
+    load = asyncio.ensure_future(_drive(urls, phase, outcomes))
+    if redis is not None:
+        # killed at a third of the load; back once 20 requests were refused 503, or once
+        # every client has backed off or finished (counted, so the fault is the same on
+        # any machine); the clients that backed off resume only when Redis answers
+        await _until(lambda: phase.progress >= REQUESTS // 3, load)
         redis.stop()
-        await asyncio.sleep(0.5)
+        await _until(
+            lambda: outcomes["store_down"] >= 20 or phase.waiting + phase.finished == CLIENTS, load
+        )
         redis.start()
-        phase["now"] = "restarted"
+        await _store_answers(redis.url)
+        phase.now = "restarted"
+        phase.back.set()
     return await load
 
 
@@ -110,8 +159,7 @@ def _check(store_url: str, fake: FakeLLMServer, outcomes: Counter[str], processe
     for t, tenant in enumerate(tenants):
         window = store.read(tenant_key(tenant, WINDOW))
         assert window is not None
-        convs = [store.read(conversation_key(tenant, f"c{i}"))
-                 for i in range(t, CLIENTS, TENANTS)]
+        convs = [store.read(conversation_key(tenant, f"c{i}")) for i in range(t, CLIENTS, TENANTS)]
         used = [c.used["turns"] for c in convs if c is not None]
         assert max(used) <= CONVERSATION_TURNS  # no conversation overspent
         assert window.used["turns"] == sum(used) <= TENANT_TURNS  # nor a tenant; all counted
