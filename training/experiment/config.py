@@ -327,7 +327,17 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
         "diag_episodes": 4,
         "diag_samples": 2,
     },
-    "default": {"diag_episodes": 8, "diag_samples": 8},  # prereg amendment 14:02 (CPU)
+    # the reduced design (prereg amendment 21:40 UTC 2026-12-04): fits 10 min on 2 cores
+    "default": {
+        "sft_steps": 100,
+        "token_budget": 3000,
+        "eval_episodes": 32,
+        "val_episodes": 16,
+        "sens_episodes": 32,
+        "diag_episodes": 8,  # prereg amendment 14:02 (CPU)
+        "diag_samples": 8,
+    },
+    "default-6k": {"diag_episodes": 8, "diag_samples": 8},  # the design before 2026-12-04
     "full": {
         "seeds": 8,
         "token_budget": 24_000,
