@@ -62,8 +62,8 @@ def _parser() -> CliParser:
     p = CliParser(
         prog=PROG,
         description="Run the budgetmix main job on embedded defaults (no API key needed): "
-        "7 min 50 s wall, 670 CPU s on two idle cores with `bash run.sh demo` on a fresh "
-        "clone, set-up from the wheel cache included (measured 2026-12-02).",
+        "7 min 01 s wall, 617 CPU s on two idle cores with `bash run.sh demo` on a fresh "
+        "clone, set-up from the wheel cache included (measured 2026-12-04).",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument(

@@ -53,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run a preregistered experiment (docs/experiment.md) into its own folder; "
         "the same command resumes an interrupted run. --preset default (the demo's stage 3) "
-        "took 6 min 52 s wall on two idle cores: SFT 156 s, its 12 RL runs in 2 worker "
-        "processes 165 s, evaluation 35 s, diagnostics 56 s (measured 2026-12-02).",
+        "took about 6 min on two idle cores: SFT 131 s, its 12 RL runs in 2 worker "
+        "processes 150 s, evaluation 22 s, diagnostics 63 s (measured 2026-12-04).",
     )
     p.add_argument("--preset", help=f"the design (required): {', '.join(EXPERIMENT_PRESETS)}")
     p.add_argument("--out", help="output folder (default runs/experiment/<preset>)")
