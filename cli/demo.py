@@ -69,7 +69,7 @@ def _parser() -> CliParser:
     size.add_argument(
         "--quick",
         action="store_true",
-        help="reduced run: 47 s wall, 65 CPU s on two idle cores (measured 2026-12-02, "
+        help="reduced run: 63 s wall, 86 CPU s on two idle cores (measured 2026-12-04, "
         "fresh output folder); the test suite runs it",
     )
     size.add_argument(
