@@ -188,3 +188,25 @@ def test_the_demo_summary_prints_the_fingerprint_after_the_experiment(tmp_path: 
     assert recorded is not None and len(shown) == 1
     assert shown[0].startswith(f"   fingerprint {recorded['digest'][:16]} ({summary}): ")
     assert str(DEMO_REFERENCE) in shown[0]
+
+
+def test_the_kernel_probe_is_recorded_outside_the_digest_and_names_the_kernels_that_differ(
+    tmp_path: Path,
+) -> None:
+    from budgetmix.training.data.kernel_probe import PROBE_GEMMS
+
+    fp = run_fingerprint(CONFIG, _run_dir(tmp_path / "a"), threads=1)
+    probe = fp["kernel_probe"]
+    assert {f"gemm {op} {m}x{n}x{k}" for op, m, n, k in PROBE_GEMMS} <= set(probe)
+    assert {"softmax", "layer_norm", "sdpa_causal", "python math"} <= set(probe)
+    assert run_fingerprint(CONFIG, _run_dir(tmp_path / "b"), threads=2)["kernel_probe"] == probe
+    elsewhere = {**fp, "kernel_probe": {**probe, "softmax": "0" * 16}}
+    assert fingerprint_differences(elsewhere, fp) == []  # same bits: the probe is no cause
+    other = run_fingerprint(CONFIG, _run_dir(tmp_path / "c", b"v" * 64), threads=1)
+    other["kernel_probe"] = elsewhere["kernel_probe"]
+    found = fingerprint_differences(other, fp)
+    assert f"kernel_probe: 1 of {len(probe)} kernels differ (softmax)" in found, found
+    assert not any(d.startswith("kernel_probe") for d in fingerprint_differences(
+        {**other, "kernel_probe": probe}, fp))  # fmt: skip
+    old = {k: v for k, v in fp.items() if k != "kernel_probe"}  # a reference from before it
+    assert not any(d.startswith("kernel_probe") for d in fingerprint_differences(other, old))

@@ -77,3 +77,21 @@ def test_the_pinned_gemm_gives_the_reference_bits_on_this_cpu() -> None:
     one = _fresh({"MKL_NUM_THREADS": "1"})[1]
     assert one == REFERENCE_GEMM
     assert _fresh({"MKL_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"})[1] == REFERENCE_GEMM
+
+
+def test_the_kernel_probe_gives_the_reference_gemm_bits_under_the_pins() -> None:
+    """The fingerprint's probe runs the same GEMM as the reference above (one of its 33
+    kernels), so a probe recorded on one machine is comparable with this test's bits."""
+    _needs_mkl()
+    if torch.__version__.split("+")[0] != REFERENCE_TORCH:
+        pytest.skip(f"the reference is torch {REFERENCE_TORCH}'s MKL; this is {torch.__version__}")
+    script = (
+        "from budgetmix.training.data.kernel_probe import kernel_probe\n"
+        "from budgetmix.training.data.reproducibility import reproducible\n"
+        "with reproducible(2):\n    print(kernel_probe()['gemm NN 65x33x513'])\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in PINNED_KERNELS}
+    done = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == REFERENCE_GEMM[:16]

@@ -36,6 +36,7 @@ from budgetmix._validate import check_choice
 from budgetmix.exceptions import CheckpointError, ConfigError
 from budgetmix.manifest import MANIFEST_NAME, file_sha256, read_manifest
 from budgetmix.notice import NOTICE_FORMATS, NOTICE_PLACEMENTS
+from budgetmix.training.data.kernel_probe import probe_differences
 
 __all__ = [
     "FINGERPRINT_FILE",
@@ -290,12 +291,16 @@ def run_fingerprint(
     Raises:
         CheckpointError: a checkpoint manifest under ``root`` cannot be read.
     """
+    from budgetmix.training.data.kernel_probe import kernel_probe
     from budgetmix.training.data.reproducibility import (
         cpu_identity,
         kernel_settings,
+        reproducible,
         thread_settings,
     )
 
+    with reproducible(threads):  # the kernels as training ran them
+        probe = kernel_probe()
     environment = {k: v for k, v in thread_settings().items() if k != "intra_op"}
     fingerprint: dict[str, Any] = {
         "packages": package_versions(),
@@ -304,6 +309,7 @@ def run_fingerprint(
         "threads": {"intra_op": threads, "environment": environment},
         "kernels": kernel_settings(),
         "machine": cpu_identity(),  # informational, not in the digest
+        "kernel_probe": probe,  # the same: what this machine's kernels give
         "checkpoints": checkpoint_hashes(root),
     }
     fingerprint["digest"] = _digest(fingerprint)
@@ -383,6 +389,9 @@ def fingerprint_differences(
     mine_m, ref_m = fingerprint.get("machine"), reference.get("machine")
     if mine_m != ref_m:
         out.append(f"machine: {_machine(mine_m)} (reference {_machine(ref_m)})")
+    probe = probe_differences(fingerprint.get("kernel_probe"), reference.get("kernel_probe"))
+    if probe is not None:
+        out.append(probe)
     mine_t = dict(fingerprint.get("threads") or {}).get("intra_op")
     ref_t = dict(reference.get("threads") or {}).get("intra_op")
     if mine_t != ref_t:
