@@ -80,7 +80,7 @@ def test_the_pinned_gemm_gives_the_reference_bits_on_this_cpu() -> None:
 
 
 def test_the_kernel_probe_gives_the_reference_gemm_bits_under_the_pins() -> None:
-    """The fingerprint's probe runs the same GEMM as the reference above (one of its 33
+    """The fingerprint's probe runs the same GEMM as the reference above (one of its 37
     kernels), so a probe recorded on one machine is comparable with this test's bits."""
     _needs_mkl()
     if torch.__version__.split("+")[0] != REFERENCE_TORCH:

@@ -3,8 +3,9 @@
 Two machines with the same pins, packages and config can still train other bits (an
 Intel and an AMD VM did under ``MKL_CBWR=COMPATIBLE``: docs/training.md,
 *Reproducibility*). :func:`kernel_probe` runs each kind of kernel the tiny models'
-training runs (MKL's GEMMs in the shapes the attention and the MLP give, batched GEMMs,
-softmax, norms, activations, reductions, torch's fused attention and Python's ``math``)
+training runs (MKL's GEMMs in the shapes the attention and the MLP give, batched GEMMs, MKL's
+vector math behind ``exp``/``log``/``tanh``/``erf``/``sqrt``, softmax, norms,
+activations, reductions, torch's fused attention and Python's ``math``)
 on fixed inputs and hashes the result. A run's fingerprint records it beside the
 machine, outside its digest, so a run whose bits differ from a reference names the
 kernels that differ, not only the machine.
@@ -70,7 +71,13 @@ def _elementwise() -> dict[str, Callable[[], torch.Tensor]]:
     return {
         "softmax": lambda: torch.softmax(x, -1),
         "log_softmax": lambda: torch.log_softmax(x, -1),
+        # exp, log, tanh, erf and sqrt run MKL's VML (their bits follow MKL_CBWR), which
+        # MKL_VERBOSE does not report
         "exp": lambda: torch.exp(x),
+        "log": lambda: torch.log(x.abs() + 0.01),
+        "tanh": lambda: torch.tanh(x / 10),
+        "erf": lambda: torch.erf(x / 10),
+        "sqrt": lambda: torch.sqrt(x.abs()),
         "layer_norm": lambda: F.layer_norm(x, (512,)),
         "rms_norm": lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
         "gelu": lambda: F.gelu(x),
