@@ -353,7 +353,7 @@ EXPERIMENT_PRESETS: dict[str, dict[str, Any]] = {
         "eval_episodes": 128,
         "diag_episodes": 64,
     },
-    # the second environment (issue 19 item 5): `default` and `full` on faulty-tools-compact
+    # the second environment (issue 19 item 5): `default-6k` and `full` on faulty-tools-compact
     "tools": {**TOOLS_ENV, "diag_episodes": 8, "diag_samples": 8},
     "confirm": CONFIRM,
     "gpu": GPU,
