@@ -38,17 +38,22 @@ print(mkl_branch_in_force(), hashlib.sha256(c.numpy().tobytes()).hexdigest())
 """
 
 
-def _fresh(env: dict[str, str]) -> tuple[str, str]:
+def _python(script: str, env: dict[str, str]) -> str:
+    """``script``'s output in a fresh process, the pins left to the trainer's defaults."""
     clean = {k: v for k, v in os.environ.items() if k not in PINNED_KERNELS}
     done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
+        [sys.executable, "-c", script],
         env={**clean, **env},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    branch, digest = done.stdout.split()
+    return done.stdout
+
+
+def _fresh(env: dict[str, str]) -> tuple[str, str]:
+    branch, digest = _python(_SCRIPT, env).split()
     return branch, digest
 
 
@@ -57,6 +62,13 @@ def _needs_mkl() -> None:
         pytest.skip(f"MKL is x86 only; this is {platform.machine()}")
     if "BLAS_INFO=mkl" not in torch.__config__.show():
         pytest.skip("this torch build carries no MKL")
+
+
+def _needs_reference_torch() -> None:
+    """The reference bits are one MKL build's: torch 2.13.0's (MKL 2024.0)."""
+    _needs_mkl()
+    if torch.__version__.split("+")[0] != REFERENCE_TORCH:
+        pytest.skip(f"the reference is torch {REFERENCE_TORCH}'s MKL; this is {torch.__version__}")
 
 
 def test_mkl_runs_the_branch_the_trainer_pins() -> None:
@@ -72,9 +84,7 @@ def test_a_branch_mkl_replaces_is_reported_as_the_one_that_runs() -> None:
 
 
 def test_the_pinned_gemm_gives_the_reference_bits_on_this_cpu() -> None:
-    _needs_mkl()
-    if torch.__version__.split("+")[0] != REFERENCE_TORCH:
-        pytest.skip(f"the reference is torch {REFERENCE_TORCH}'s MKL; this is {torch.__version__}")
+    _needs_reference_torch()
     assert _fresh({"GEMM_THREADS": "1"})[1] == REFERENCE_GEMM
     assert _fresh({"GEMM_THREADS": "2"})[1] == REFERENCE_GEMM  # MKL splits it in two
 
@@ -82,16 +92,10 @@ def test_the_pinned_gemm_gives_the_reference_bits_on_this_cpu() -> None:
 def test_the_kernel_probe_gives_the_reference_gemm_bits_under_the_pins() -> None:
     """The fingerprint's probe runs the same GEMM as the reference above (one of its 37
     kernels), so a probe recorded on one machine is comparable with this test's bits."""
-    _needs_mkl()
-    if torch.__version__.split("+")[0] != REFERENCE_TORCH:
-        pytest.skip(f"the reference is torch {REFERENCE_TORCH}'s MKL; this is {torch.__version__}")
+    _needs_reference_torch()
     script = (
         "from budgetmix.training.data.kernel_probe import kernel_probe\n"
         "from budgetmix.training.data.reproducibility import reproducible\n"
         "with reproducible(2):\n    print(kernel_probe()['gemm NN 65x33x513'])\n"
     )
-    clean = {k: v for k, v in os.environ.items() if k not in PINNED_KERNELS}
-    done = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == REFERENCE_GEMM[:16]
+    assert _python(script, {}).strip() == REFERENCE_GEMM[:16]

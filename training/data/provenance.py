@@ -24,6 +24,7 @@ Imports nothing heavy.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -291,16 +292,12 @@ def run_fingerprint(
     Raises:
         CheckpointError: a checkpoint manifest under ``root`` cannot be read.
     """
-    from budgetmix.training.data.kernel_probe import kernel_probe
     from budgetmix.training.data.reproducibility import (
         cpu_identity,
         kernel_settings,
-        reproducible,
         thread_settings,
     )
 
-    with reproducible(threads):  # the kernels as training ran them
-        probe = kernel_probe()
     environment = {k: v for k, v in thread_settings().items() if k != "intra_op"}
     fingerprint: dict[str, Any] = {
         "packages": package_versions(),
@@ -309,7 +306,7 @@ def run_fingerprint(
         "threads": {"intra_op": threads, "environment": environment},
         "kernels": kernel_settings(),
         "machine": cpu_identity(),  # informational, not in the digest
-        "kernel_probe": probe,  # the same: what this machine's kernels give
+        "kernel_probe": dict(_probe(threads)),  # the same: what this machine's kernels give
         "checkpoints": checkpoint_hashes(root),
     }
     fingerprint["digest"] = _digest(fingerprint)
@@ -360,6 +357,17 @@ def record_run_fingerprint(
     content["fingerprint"] = run_fingerprint(config, root, threads=threads, data=inputs)
     path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
     return dict(content["fingerprint"])
+
+
+@functools.cache
+def _probe(threads: int) -> dict[str, str]:
+    """The kernel probe under the pins and ``threads`` threads, as training ran them; once
+    per process and thread count (the first kernel of a process fixes the pins)."""
+    from budgetmix.training.data.kernel_probe import kernel_probe
+    from budgetmix.training.data.reproducibility import reproducible
+
+    with reproducible(threads):
+        return kernel_probe()
 
 
 def _digest(fingerprint: Mapping[str, Any]) -> str:
