@@ -35,6 +35,7 @@ from budgetmix.budget import DIMENSIONS
 from budgetmix.events import EpisodeResult, Mistake, Recovery
 from budgetmix.genai_content import input_messages, last_text
 from budgetmix.hooks import Hooks
+from budgetmix.lean_spans import LeanTracer
 from budgetmix.ledger import LedgerState
 from budgetmix.step_spans import (
     add_span_event,
@@ -97,6 +98,8 @@ def typed(dimension: str, value: float) -> float:
 def tracer_is_no_op(tracer: trace.Tracer) -> bool:
     """True when ``tracer`` can record no span: the API's no-op tracer, or the global
     proxy while no SDK tracer provider is installed (ask again later: one may come)."""
+    if isinstance(tracer, LeanTracer):
+        tracer = tracer.inner
     if isinstance(tracer, trace.NoOpTracer):
         return True
     return isinstance(tracer, trace.ProxyTracer) and isinstance(
@@ -153,7 +156,10 @@ class Instrumentation:
         meter_provider: metrics.MeterProvider | None,
     ) -> None:
         self.hooks = hooks
-        self.tracer = trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
+        # the SDK's spans where they do more than a lean span, lean ones elsewhere
+        self.tracer = LeanTracer(
+            trace.get_tracer("budgetmix", __version__, tracer_provider=tracer_provider)
+        )
         meter = metrics.get_meter("budgetmix", __version__, meter_provider=meter_provider)
         self._meter_given = meter_provider is not None
         self._meters_until = -1.0  # meters(): "no" holds until then (monotonic s)

@@ -1,0 +1,333 @@
+"""The lean span: what :class:`~budgetmix.lean_spans.LeanTracer` starts for an SDK
+pipeline, ended as the SDK's own spans end (``budgetmix.lean_spans`` says when it applies).
+Imported only once an SDK tracer made a span: the SDK is imported by then."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from time import time_ns
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
+
+if TYPE_CHECKING:
+    from budgetmix.lean_spans import _Pipeline
+
+__all__ = ["LeanSpan", "start_lean_span"]
+
+# the SDK's own logger: a misuse warns where the SDK's spans warn
+_sdk_log = logging.getLogger("opentelemetry.sdk.trace")
+
+_PLAIN = frozenset({str, bool, int, float})
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+_UNSET = Status(StatusCode.UNSET)
+
+
+def start_lean_span(
+    p: _Pipeline,
+    name: str,
+    context: Context | None,
+    kind: SpanKind,
+    attributes: types.Attributes,
+    start_time: int | None,
+    on_exception: tuple[bool, bool],
+) -> trace.Span:
+    """The SDK's ``Tracer.start_span`` for ``p``'s pipeline, without links."""
+    parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+    if parent is None or not parent.is_valid:
+        parent = None
+        trace_id = p.id_generator.generate_trace_id()
+    else:
+        trace_id = parent.trace_id
+    extra: Mapping[str, Any] | None = None
+    if p.default_sampler:  # ParentBased(ALWAYS_ON): sampled unless the parent is not
+        sampled = recording = parent is None or parent.trace_flags.sampled
+        trace_state = parent.trace_state if parent is not None else None
+    else:
+        result = p.sampler.should_sample(context, trace_id, name, kind, attributes, ())
+        sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
+        trace_state, extra = result.trace_state, result.attributes
+    flags = _SAMPLED if sampled else _NOT_SAMPLED
+    random_id = (
+        p.id_generator.is_trace_id_random()
+        if parent is None
+        else getattr(parent.trace_flags, "random_trace_id", False)
+    )
+    if random_id and _RANDOM:
+        flags = TraceFlags(flags | _RANDOM)
+    span_context = SpanContext(
+        trace_id,
+        p.id_generator.generate_span_id(),
+        is_remote=False,
+        trace_flags=flags,
+        trace_state=trace_state,
+    )
+    if not recording:
+        return trace.NonRecordingSpan(span_context)
+    span = LeanSpan(p, name, span_context, parent, kind, on_exception)
+    span._set_initial(attributes if extra is None else extra)
+    span._start_time = start_time if start_time is not None else time_ns()
+    return span
+
+
+class LeanSpan(trace.Span, ReadableSpan):
+    """A recording span of an SDK pipeline; ends as the SDK's spans end (see the module)."""
+
+    def __init__(
+        self,
+        pipeline: _Pipeline,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        on_exception: tuple[bool, bool] = (True, True),
+    ) -> None:
+        # ReadableSpan's fields, set here: its __init__ would build an empty Resource
+        self._name = name
+        self._context = context
+        self._span_context = context  # typed: ReadableSpan's may be None
+        self._kind = kind
+        self._parent = parent
+        self._resource = pipeline.resource
+        self._instrumentation_scope = pipeline.scope
+        self._status = _UNSET
+        self._start_time: int | None = None
+        self._end_time: int | None = None
+        self._attributes: dict[str, Any] = {}
+        self._events: BoundedList[Event] | Sequence[Event] = ()
+        self._links: BoundedList[Link] | Sequence[Link] = ()
+        self._dropped = 0
+        self._pipeline = pipeline
+        self._limits = pipeline.limits
+        self._plain_strings = pipeline.limits.max_span_attribute_length is None
+        self._lock = threading.Lock()
+        self._record_exception, self._set_status_on_exception = on_exception
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}(name="{self._name}", context={self._context})'
+
+    def _set_initial(self, attributes: types.Attributes) -> None:
+        if attributes:
+            self._set_mapping(attributes)
+
+    def _set_mapping(self, attributes: Mapping[str, Any]) -> None:
+        """``attributes`` as ``BoundedAttributes`` takes a mapping (a key that is not a
+        string is made one where it can be)."""
+        attrs = self._attributes
+        maxlen = self._limits.max_span_attributes
+        if not attrs and self._plain_strings and (maxlen is None or len(attributes) <= maxlen):
+            for key, value in attributes.items():
+                if type(key) is not str or not key or type(value) not in _PLAIN:
+                    break
+            else:  # the usual case: plain values under string keys, within the limit
+                self._attributes = dict(attributes)
+                return
+        if not all(type(k) is str and k for k in attributes):
+            cleaned = BoundedAttributes(
+                None, attributes, max_value_len=self._limits.max_span_attribute_length
+            )
+            self._dropped += cleaned.dropped
+            attributes = cleaned
+        for key, value in attributes.items():
+            self._put(key, value)
+
+    def _put(self, key: str, value: Any) -> None:
+        """One attribute under a valid key, as ``BoundedAttributes`` stores it."""
+        limits = self._limits
+        maxlen = limits.max_span_attributes
+        if maxlen == 0:
+            self._dropped += 1
+            return
+        if type(value) not in _PLAIN or (
+            type(value) is str and not self._plain_strings
+        ):  # cleaned by the SDK's own code (sequences, mappings, truncation, others)
+            value = BoundedAttributes(
+                None, {key: value}, max_value_len=limits.max_span_attribute_length
+            )[key]
+        attrs = self._attributes
+        if key in attrs:
+            del attrs[key]
+        elif maxlen is not None and len(attrs) >= maxlen:
+            _sdk_log.warning(
+                "Attributes dict is full. Dropping the oldest key-value pair from attributes "
+                "to make space for the new key-value pair."
+            )
+            del attrs[next(iter(attrs))]
+            self._dropped += 1
+        attrs[key] = value
+
+    # -- the Span API ------------------------------------------------------------------
+    def get_span_context(self) -> SpanContext:
+        """The span's context (its ids, flags and trace state)."""
+        return self._span_context
+
+    def is_recording(self) -> bool:
+        """True until the span ends."""
+        return self._end_time is None
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        """Set one attribute, as the SDK's span does (a bad key is dropped and counted)."""
+        if self._end_time is not None:
+            _sdk_log.warning("Setting attribute on ended span.")
+            return
+        if type(key) is not str or not key:
+            _sdk_log.warning(
+                "invalid key `%s`. must be non-empty string. Dropping key from attributes.", key
+            )
+            self._dropped += 1
+            return
+        self._put(key, value)
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        """Set several attributes, as the SDK's span does."""
+        if self._end_time is not None:
+            _sdk_log.warning("Setting attribute on ended span.")
+            return
+        self._set_mapping(attributes)
+
+    def _ended(self, what: str) -> bool:
+        if self._end_time is None:
+            return False
+        _sdk_log.warning("Tried calling %s on an ended span.", what)
+        return True
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        """Add an event under the event limits, as the SDK's span does."""
+        if self._ended("_add_event"):
+            return
+        limits = self._limits
+        if not isinstance(self._events, BoundedList):
+            self._events = BoundedList(limits.max_events)
+        bounded = BoundedAttributes(
+            limits.max_event_attributes,
+            attributes,
+            max_value_len=limits.max_attribute_length,
+            immutable=True,
+        )
+        self._events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        """Add a link under the link limits, as the SDK's span does."""
+        if not (context and (context.is_valid or (attributes or context.trace_state))):
+            return
+        if self._ended("_add_link"):
+            return
+        limits = self._limits
+        if not isinstance(self._links, BoundedList):
+            self._links = BoundedList(limits.max_links)
+        bounded = BoundedAttributes(
+            limits.max_link_attributes,
+            attributes,
+            max_value_len=limits.max_attribute_length,
+            immutable=True,
+        )
+        self._links.append(Link(context=context, attributes=bounded))
+
+    def update_name(self, name: str) -> None:
+        """Rename the span (not once it ended)."""
+        if not self._ended("update_name"):
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """Set the status; ``OK`` is final and ``UNSET`` is ignored, as in the SDK."""
+        if self._ended("set_status"):
+            return
+        current = self._status.status_code
+        if isinstance(status, Status):
+            if current is StatusCode.OK or status.status_code is StatusCode.UNSET:
+                return
+            if description is not None:
+                _sdk_log.warning(
+                    "Description %s ignored. Use either `Status` or `(StatusCode, Description)`",
+                    description,
+                )
+            self._status = status
+        elif isinstance(status, StatusCode):
+            if current is StatusCode.OK or status is StatusCode.UNSET:
+                return
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Record ``exception`` as an ``exception`` event, as the SDK's span does."""
+        module = type(exception).__module__
+        qualname = type(exception).__qualname__
+        found: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}"
+            if module and module != "builtins"
+            else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            found.update(attributes)
+        self.add_event("exception", found, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        """End the span and hand its snapshot to the pipeline's span processor."""
+        with self._lock:
+            if self._end_time is not None:
+                _sdk_log.warning("Calling end() on an ended span.")
+                return
+            self._end_time = end_time if end_time is not None else time_ns()
+        self._pipeline.on_end(self._readable())
+
+    def _readable(self) -> ReadableSpan:
+        """What the SDK hands its processors at the end: a snapshot of the span."""
+        attributes: Mapping[str, Any] = self._attributes
+        if self._dropped:
+            bounded = BoundedAttributes(None, self._attributes, immutable=True)
+            bounded.dropped = self._dropped
+            attributes = bounded
+        return ReadableSpan(
+            name=self._name,
+            context=self._context,
+            parent=self._parent,
+            resource=self._resource,
+            attributes=attributes,
+            events=self._events,
+            links=self._links,
+            kind=self._kind,
+            status=self._status,
+            start_time=self._start_time,
+            end_time=self._end_time,
+            instrumentation_scope=self._instrumentation_scope,
+        )
+
+    @property
+    def dropped_attributes(self) -> int:
+        """Attributes dropped by the limits or for a bad key."""
+        return self._dropped
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        if exc_val is not None and self.is_recording():
+            if self._record_exception:
+                self.record_exception(exception=exc_val, escaped=True)
+            if self._set_status_on_exception:
+                self.set_status(Status(StatusCode.ERROR, f"{type(exc_val).__name__}: {exc_val}"))
+        super().__exit__(exc_type, exc_val, exc_tb)
