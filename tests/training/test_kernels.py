@@ -9,10 +9,13 @@ because the first MKL call of a process fixes the branch.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from budgetmix.training.data.reproducibility import PINNED_KERNELS
@@ -99,3 +102,64 @@ def test_the_kernel_probe_gives_the_reference_gemm_bits_under_the_pins() -> None
         "with reproducible(2):\n    print(kernel_probe()['gemm NN 65x33x513'])\n"
     )
     assert _python(script, {}).strip() == REFERENCE_GEMM[:16]
+
+
+#: What MKL's ``AUTO`` branch gives for the GEMM above on an AMD EPYC (recorded there).
+AMD_AUTO_GEMM = "ba538a305e61b3b1"
+_PERSONA_SOURCE = Path(__file__).resolve().parents[2] / "scripts" / "cpu_persona.c"
+
+
+@pytest.fixture(scope="module")
+def persona(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``scripts/cpu_persona.c`` built here: an LD_PRELOAD library under which a process
+    sees an AMD EPYC's CPUID (vendor, family, features, caches) on this Intel CPU."""
+    _needs_mkl()
+    if "GenuineIntel" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("the persona turns an Intel CPU into an AMD one; this CPU is not Intel")
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build scripts/cpu_persona.c")
+    lib = tmp_path_factory.mktemp("persona") / "libcpu_persona.so"
+    cmd = ["gcc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(_PERSONA_SOURCE)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", "pass"],
+        env={**os.environ, "LD_PRELOAD": str(lib), "CPU_PERSONA": "zen3"},
+        capture_output=True,
+        timeout=60,
+    )
+    if probe.returncode == 97:  # the library's own exit: no CPUID faulting here
+        pytest.skip(f"this kernel or CPU cannot fault CPUID: {probe.stderr.decode()[-200:]}")
+    assert probe.returncode == 0, probe.stderr.decode()[-2000:]
+    return lib
+
+
+def _as(persona: Path, name: str, env: dict[str, str]) -> dict[str, str]:
+    return {"LD_PRELOAD": str(persona), "CPU_PERSONA": name, **env}
+
+
+@pytest.mark.parametrize("name", ["zen3", "zen4"])
+def test_the_persona_makes_mkl_run_as_on_an_amd_epyc(persona: Path, name: str) -> None:
+    """MKL's unpinned ``AUTO`` gives the AMD EPYC's bits under the persona (Intel's
+    without it), and its ``AVX2`` branch falls back to ``AUTO`` as on AMD: the persona
+    reaches the code that chooses kernels."""
+    _needs_reference_torch()
+    assert _fresh(_as(persona, name, {"MKL_CBWR": "AUTO"}))[1][:16] == AMD_AUTO_GEMM
+    assert _fresh({"MKL_CBWR": "AUTO"})[1][:16] != AMD_AUTO_GEMM
+    assert _fresh(_as(persona, name, {"MKL_CBWR": "AVX2"}))[0] == "AUTO"
+    assert _fresh(_as(persona, "intel", {"MKL_CBWR": "AVX2"}))[0] == "AVX2"  # the control
+
+
+def test_every_pinned_kernel_gives_the_same_bits_as_on_an_amd_epyc(persona: Path) -> None:
+    """The fingerprint's kernel probe (all 37 kernels, two threads as training runs them)
+    under the pins: the same on this CPU and under the zen3 and zen4 personas."""
+    _needs_mkl()
+    script = (
+        "import json\n"
+        "from budgetmix.training.data.kernel_probe import kernel_probe\n"
+        "from budgetmix.training.data.reproducibility import reproducible\n"
+        "with reproducible(2):\n    print(json.dumps(kernel_probe()))\n"
+    )
+    native = json.loads(_python(script, {}))
+    assert len(native) >= 30
+    for name in ("zen3", "zen4"):
+        assert json.loads(_python(script, _as(persona, name, {}))) == native, name
