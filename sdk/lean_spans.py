@@ -166,7 +166,7 @@ class LeanTracer(trace.Tracer):
                 now = _parts(tracer)
             except AttributeError:
                 return None
-            if all(a is b for a, b in zip(now, parts, strict=True)):
+            if now == parts:  # item by item, identity first
                 return pipeline
         self._known = _read(tracer)
         return self._known[1]
