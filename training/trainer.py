@@ -41,6 +41,7 @@ from budgetmix.training.config import TrainConfig
 from budgetmix.training.data.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from budgetmix.training.data.metrics import MetricsLog, RolloutSummary, summarize, summary_of
 from budgetmix.training.data.models import build_policy
+from budgetmix.training.data.portable_sqrt import PortableAdamW
 from budgetmix.training.data.provenance import write_run_fingerprint, write_training_env
 from budgetmix.training.data.recordings import RecordedBatches
 from budgetmix.training.data.reproducibility import keyed_generator as keyed_gen
@@ -90,7 +91,8 @@ class Trainer:
         model, self.tokenizer = build_policy(config)
         model.to(self.acc.device)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=config.sft_lr, weight_decay=config.weight_decay)
+        # torch's AdamW with a root whose bits are the same on every x86 CPU (issue 28)
+        optimizer = PortableAdamW(params, lr=config.sft_lr, weight_decay=config.weight_decay)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.codec = ChatCodec.for_model(model, self.tokenizer)
         self.env = env_spec(config.env)
