@@ -328,11 +328,8 @@ class EpisodeTelemetry:
             attrs[sc.BM_GRACE_TURN] = True
         # every attribute known now goes in at start: one validation pass in the SDK
         # instead of a locked set_attribute call each
-        return self._inst.tracer.start_span(
-            f"chat {model}" if model else "chat",
-            context=trace.set_span_in_context(parent),
-            kind=SpanKind.CLIENT,
-            attributes=attrs,
+        return self._inst.tracer.start_child(
+            f"chat {model}" if model else "chat", parent, SpanKind.CLIENT, attrs
         )
 
     def tool_spans(
@@ -343,7 +340,6 @@ class EpisodeTelemetry:
         parent = self.span if parent is None else parent
         if isinstance(parent, NonRecordingSpan) and (self._no_op or self._children_no_op()):
             return [parent] * len(names)  # what the no-op tracer would return
-        ctx = trace.set_span_in_context(parent)
         spans = []
         for name, cid in zip(names, call_ids, strict=True):
             attrs: dict[str, str] = {
@@ -354,8 +350,8 @@ class EpisodeTelemetry:
             if cid:
                 attrs[sc.GEN_AI_TOOL_CALL_ID] = cid
             spans.append(
-                self._inst.tracer.start_span(
-                    f"execute_tool {name}", context=ctx, kind=SpanKind.INTERNAL, attributes=attrs
+                self._inst.tracer.start_child(
+                    f"execute_tool {name}", parent, SpanKind.INTERNAL, attrs
                 )
             )
         return spans

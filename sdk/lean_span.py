@@ -9,7 +9,7 @@ import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -29,10 +29,20 @@ __all__ = ["LeanSpan", "start_lean_span"]
 _sdk_log = logging.getLogger("opentelemetry.sdk.trace")
 
 _PLAIN = frozenset({str, bool, int, float})
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+#: The flags a span gets, by (sampled | random trace id << 1), as the SDK makes them
+#: (an API without the random-trace-id flag: never set).
+_FLAGS = tuple(TraceFlags((i & 1) | (_RANDOM if i & 2 else 0)) for i in range(4))
 _UNSET = Status(StatusCode.UNSET)
+# ends spans one at a time: a span ended twice at once is handed on once
+_END_LOCK = threading.Lock()
+
+
+class _Current:
+    """The parent is the span current in the context given (the default)."""
+
+
+_CURRENT = _Current()
 
 
 def start_lean_span(
@@ -43,30 +53,61 @@ def start_lean_span(
     attributes: types.Attributes,
     start_time: int | None,
     on_exception: tuple[bool, bool],
+    parent: SpanContext | _Current | None = _CURRENT,
 ) -> trace.Span:
-    """The SDK's ``Tracer.start_span`` for ``p``'s pipeline, without links."""
-    parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+    """The SDK's ``Tracer.start_span`` for ``p``'s pipeline, without links. ``parent``:
+    the parent's span context when the caller has it (then ``context`` is not read; only
+    for the default sampler, which reads no context)."""
+    if isinstance(parent, _Current):
+        parent = trace.get_current_span(context).get_span_context()
     if parent is None or not parent.is_valid:
-        parent = None
-        trace_id = p.id_generator.generate_trace_id()
-    else:
-        trace_id = parent.trace_id
+        return _start_root(p, name, context, kind, attributes, start_time, on_exception)
     extra: Mapping[str, Any] | None = None
-    if p.default_sampler:  # ParentBased(ALWAYS_ON): sampled unless the parent is not
-        sampled = recording = parent is None or parent.trace_flags.sampled
-        trace_state = parent.trace_state if parent is not None else None
+    if p.default_sampler:  # ParentBased(ALWAYS_ON): the parent's decision
+        flags = _FLAGS[parent.trace_flags & 3]  # sampled as the parent, random id as its id
+        recording = parent.trace_flags & 1
+        trace_state = parent.trace_state
     else:
+        result = p.sampler.should_sample(context, parent.trace_id, name, kind, attributes, ())
+        recording = result.decision.is_recording()
+        sampled = result.decision.is_sampled()
+        random_id = getattr(parent.trace_flags, "random_trace_id", False)
+        flags = _FLAGS[sampled | (2 if random_id else 0)]
+        trace_state, extra = result.trace_state, result.attributes
+    span_context = SpanContext(
+        parent.trace_id,
+        p.id_generator.generate_span_id(),
+        is_remote=False,
+        trace_flags=flags,
+        trace_state=trace_state,
+    )
+    if not recording:
+        return trace.NonRecordingSpan(span_context)
+    return LeanSpan(p, name, span_context, parent, kind, on_exception).started(
+        attributes if extra is None else extra, start_time
+    )
+
+
+def _start_root(
+    p: _Pipeline,
+    name: str,
+    context: Context | None,
+    kind: SpanKind,
+    attributes: types.Attributes,
+    start_time: int | None,
+    on_exception: tuple[bool, bool],
+) -> trace.Span:
+    """A span with no valid parent: a new trace."""
+    trace_id = p.id_generator.generate_trace_id()
+    extra: Mapping[str, Any] | None = None
+    sampled = recording = True  # the default sampler's root: ALWAYS_ON
+    trace_state = None
+    if not p.default_sampler:
         result = p.sampler.should_sample(context, trace_id, name, kind, attributes, ())
         sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
         trace_state, extra = result.trace_state, result.attributes
-    flags = _SAMPLED if sampled else _NOT_SAMPLED
-    random_id = (
-        p.id_generator.is_trace_id_random()
-        if parent is None
-        else getattr(parent.trace_flags, "random_trace_id", False)
-    )
-    if random_id and _RANDOM:
-        flags = TraceFlags(flags | _RANDOM)
+    random_id = p.id_generator.is_trace_id_random()
+    flags = _FLAGS[bool(sampled) | (2 if random_id else 0)]
     span_context = SpanContext(
         trace_id,
         p.id_generator.generate_span_id(),
@@ -76,10 +117,9 @@ def start_lean_span(
     )
     if not recording:
         return trace.NonRecordingSpan(span_context)
-    span = LeanSpan(p, name, span_context, parent, kind, on_exception)
-    span._set_initial(attributes if extra is None else extra)
-    span._start_time = start_time if start_time is not None else time_ns()
-    return span
+    return LeanSpan(p, name, span_context, None, kind, on_exception).started(
+        attributes if extra is None else extra, start_time
+    )
 
 
 class LeanSpan(trace.Span, ReadableSpan):
@@ -97,37 +137,45 @@ class LeanSpan(trace.Span, ReadableSpan):
         # ReadableSpan's fields, set here: its __init__ would build an empty Resource
         self._name = name
         self._context = context
-        self._span_context = context  # typed: ReadableSpan's may be None
         self._kind = kind
         self._parent = parent
         self._resource = pipeline.resource
         self._instrumentation_scope = pipeline.scope
-        self._status = _UNSET
-        self._start_time: int | None = None
         self._end_time: int | None = None
         self._attributes: dict[str, Any] = {}
-        self._events: BoundedList[Event] | Sequence[Event] = ()
-        self._links: BoundedList[Link] | Sequence[Link] = ()
-        self._dropped = 0
         self._pipeline = pipeline
-        self._limits = pipeline.limits
-        self._plain_strings = pipeline.limits.max_span_attribute_length is None
-        self._lock = threading.Lock()
-        self._record_exception, self._set_status_on_exception = on_exception
+        if on_exception != (True, True):
+            self._record_exception, self._set_status_on_exception = on_exception
+
+    # the rest of a new span's state, shared until set
+    _status = _UNSET
+    _start_time: int | None = None
+    _events: BoundedList[Event] | Sequence[Event] = ()
+    _links: BoundedList[Link] | Sequence[Link] = ()
+    _dropped = 0
+    _record_exception = True
+    _set_status_on_exception = True
+
+    def started(self, attributes: types.Attributes, start_time: int | None) -> LeanSpan:
+        """The span with its start attributes, started now (or at ``start_time``)."""
+        if attributes:
+            self._set_mapping(attributes)
+        self._start_time = start_time if start_time is not None else time_ns()
+        return self
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}(name="{self._name}", context={self._context})'
-
-    def _set_initial(self, attributes: types.Attributes) -> None:
-        if attributes:
-            self._set_mapping(attributes)
 
     def _set_mapping(self, attributes: Mapping[str, Any]) -> None:
         """``attributes`` as ``BoundedAttributes`` takes a mapping (a key that is not a
         string is made one where it can be)."""
         attrs = self._attributes
-        maxlen = self._limits.max_span_attributes
-        if not attrs and self._plain_strings and (maxlen is None or len(attributes) <= maxlen):
+        maxlen = self._pipeline.limits.max_span_attributes
+        if (
+            not attrs
+            and self._pipeline.plain_strings
+            and (maxlen is None or len(attributes) <= maxlen)
+        ):
             for key, value in attributes.items():
                 if type(key) is not str or not key or type(value) not in _PLAIN:
                     break
@@ -136,7 +184,7 @@ class LeanSpan(trace.Span, ReadableSpan):
                 return
         if not all(type(k) is str and k for k in attributes):
             cleaned = BoundedAttributes(
-                None, attributes, max_value_len=self._limits.max_span_attribute_length
+                None, attributes, max_value_len=self._pipeline.limits.max_span_attribute_length
             )
             self._dropped += cleaned.dropped
             attributes = cleaned
@@ -145,13 +193,13 @@ class LeanSpan(trace.Span, ReadableSpan):
 
     def _put(self, key: str, value: Any) -> None:
         """One attribute under a valid key, as ``BoundedAttributes`` stores it."""
-        limits = self._limits
+        limits = self._pipeline.limits
         maxlen = limits.max_span_attributes
         if maxlen == 0:
             self._dropped += 1
             return
         if type(value) not in _PLAIN or (
-            type(value) is str and not self._plain_strings
+            type(value) is str and not self._pipeline.plain_strings
         ):  # cleaned by the SDK's own code (sequences, mappings, truncation, others)
             value = BoundedAttributes(
                 None, {key: value}, max_value_len=limits.max_span_attribute_length
@@ -171,7 +219,7 @@ class LeanSpan(trace.Span, ReadableSpan):
     # -- the Span API ------------------------------------------------------------------
     def get_span_context(self) -> SpanContext:
         """The span's context (its ids, flags and trace state)."""
-        return self._span_context
+        return self._context  # type: ignore[return-value]  # never None here
 
     def is_recording(self) -> bool:
         """True until the span ends."""
@@ -209,7 +257,7 @@ class LeanSpan(trace.Span, ReadableSpan):
         """Add an event under the event limits, as the SDK's span does."""
         if self._ended("_add_event"):
             return
-        limits = self._limits
+        limits = self._pipeline.limits
         if not isinstance(self._events, BoundedList):
             self._events = BoundedList(limits.max_events)
         bounded = BoundedAttributes(
@@ -226,7 +274,7 @@ class LeanSpan(trace.Span, ReadableSpan):
             return
         if self._ended("_add_link"):
             return
-        limits = self._limits
+        limits = self._pipeline.limits
         if not isinstance(self._links, BoundedList):
             self._links = BoundedList(limits.max_links)
         bounded = BoundedAttributes(
@@ -285,34 +333,23 @@ class LeanSpan(trace.Span, ReadableSpan):
 
     def end(self, end_time: int | None = None) -> None:
         """End the span and hand its snapshot to the pipeline's span processor."""
-        with self._lock:
+        with _END_LOCK:
             if self._end_time is not None:
                 _sdk_log.warning("Calling end() on an ended span.")
                 return
             self._end_time = end_time if end_time is not None else time_ns()
-        self._pipeline.on_end(self._readable())
+        # the span itself is the snapshot the SDK would copy: nothing changes it now
+        self._pipeline.on_end(self)
 
-    def _readable(self) -> ReadableSpan:
-        """What the SDK hands its processors at the end: a snapshot of the span."""
-        attributes: Mapping[str, Any] = self._attributes
+    @property
+    def attributes(self) -> types.Attributes:
+        """The span's attributes (read-only; ``BoundedAttributes`` once any was dropped,
+        as the SDK's)."""
         if self._dropped:
             bounded = BoundedAttributes(None, self._attributes, immutable=True)
             bounded.dropped = self._dropped
-            attributes = bounded
-        return ReadableSpan(
-            name=self._name,
-            context=self._context,
-            parent=self._parent,
-            resource=self._resource,
-            attributes=attributes,
-            events=self._events,
-            links=self._links,
-            kind=self._kind,
-            status=self._status,
-            start_time=self._start_time,
-            end_time=self._end_time,
-            instrumentation_scope=self._instrumentation_scope,
-        )
+            return MappingProxyType(bounded)
+        return MappingProxyType(self._attributes)
 
     @property
     def dropped_attributes(self) -> int:

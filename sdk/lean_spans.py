@@ -38,6 +38,9 @@ from opentelemetry.util import types
 
 __all__ = ["LeanTracer"]
 
+#: ``record_exception`` and ``set_status_on_exception`` as the API's defaults.
+_DEFAULTS = (True, True)
+
 
 class _Pipeline:
     """What a lean span needs of one SDK tracer."""
@@ -47,6 +50,7 @@ class _Pipeline:
         "id_generator",
         "limits",
         "on_end",
+        "plain_strings",
         "resource",
         "sampler",
         "scope",
@@ -63,6 +67,7 @@ class _Pipeline:
         self.resource = tracer.resource
         self.scope = tracer._instrumentation_scope
         self.limits = tracer._span_limits
+        self.plain_strings = self.limits.max_span_attribute_length is None
         self.on_end = tracer.span_processor.on_end
 
 
@@ -198,6 +203,26 @@ class LeanTracer(trace.Tracer):
             )
         on_exception = (record_exception, set_status_on_exception)
         return pipeline.start(pipeline, name, context, kind, attributes, start_time, on_exception)
+
+    def start_child(
+        self,
+        name: str,
+        parent: trace.Span,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        start_time: int | None = None,
+    ) -> trace.Span:
+        """:meth:`start_span` of a child of ``parent``, without building a context for it
+        where nothing reads one (a lean span under the default sampler)."""
+        tracer = self._resolved()
+        pipeline = self._pipeline_of(tracer)
+        if pipeline is None or not pipeline.default_sampler:
+            context = trace.set_span_in_context(parent)
+            return self.start_span(name, context, kind, attributes, None, start_time)
+        parent_context = parent.get_span_context()
+        return pipeline.start(
+            pipeline, name, None, kind, attributes, start_time, _DEFAULTS, parent_context
+        )
 
     @contextlib.contextmanager
     def start_as_current_span(  # type: ignore[override]

@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
     from budgetmix.instrumentation import Instrumentation
+    from budgetmix.lean_spans import LeanTracer
 
 __all__ = [
     "add_span_event",
@@ -174,7 +175,7 @@ def set_error(
 
 
 def wire_tool_span(
-    tracer: trace.Tracer,
+    tracer: LeanTracer,
     parent: trace.Span,
     name: str,
     call_id: str,
@@ -197,12 +198,8 @@ def wire_tool_span(
         sc.GEN_AI_TOOL_CALL_ID: call_id,
         sc.BM_TOOL_TIMING: "wire",
     }
-    span = tracer.start_span(
-        f"execute_tool {name}",
-        context=trace.set_span_in_context(parent),
-        kind=SpanKind.INTERNAL,
-        attributes=attrs,
-        start_time=start_ns,
+    span = tracer.start_child(
+        f"execute_tool {name}", parent, SpanKind.INTERNAL, attrs, start_time=start_ns
     )
     if span.is_recording():
         arguments, result = content if content is not None else (None, None)
