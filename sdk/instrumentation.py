@@ -260,29 +260,35 @@ class EpisodeTelemetry:
     def start(self, parent: EpisodeTelemetry | None) -> None:
         """Open the ``invoke_agent {name}`` span (a child of ``parent``'s, if given) and
         make it current until :meth:`leave`."""
+        ctx = trace.set_span_in_context(parent.span) if parent is not None else None
+        attrs = None if self._children_no_op() else self._start_attributes()
+        name = f"invoke_agent {self._episode.name}"
+        self.span = self._inst.tracer.start_span(
+            name, context=ctx, kind=SpanKind.INTERNAL, attributes=attrs
+        )
+        self._token = enter_span(self.span)
+
+    def _start_attributes(self) -> dict[str, str | bool | int | float]:
+        """The episode span's attributes known at its start (all given at start: one pass
+        in the SDK instead of a call each)."""
         ep = self._episode
         c = ep.controller
-        ctx = trace.set_span_in_context(parent.span) if parent is not None else None
-        span = self._inst.tracer.start_span(
-            f"invoke_agent {ep.name}", context=ctx, kind=SpanKind.INTERNAL
-        )
-        if span.is_recording():
-            span.set_attribute(sc.GEN_AI_OPERATION_NAME, "invoke_agent")
-            span.set_attribute(sc.GEN_AI_AGENT_NAME, ep.name)
-            span.set_attribute(sc.GEN_AI_AGENT_ID, ep.id)
-            span.set_attribute(sc.BM_EPISODE_ID, ep.id)
-            span.set_attribute(sc.BM_NOTICE_FORMAT, c.notice.format)
-            if ep.conversation_id:
-                span.set_attribute(sc.GEN_AI_CONVERSATION_ID, ep.conversation_id)
-            if c.provider_name:
-                span.set_attribute(sc.GEN_AI_PROVIDER_NAME, c.provider_name)
-            for k, v in c.accounting.as_attributes().items():
-                span.set_attribute(k, v)
-            for dim, lim in ep.ledger.limits().items():
-                if lim is not None:
-                    span.set_attribute(sc.bm_limit(dim), typed(dim, lim))
-        self.span = span
-        self._token = enter_span(span)
+        attrs: dict[str, str | bool | int | float] = {
+            sc.GEN_AI_OPERATION_NAME: "invoke_agent",
+            sc.GEN_AI_AGENT_NAME: ep.name,
+            sc.GEN_AI_AGENT_ID: ep.id,
+            sc.BM_EPISODE_ID: ep.id,
+            sc.BM_NOTICE_FORMAT: c.notice.format,
+        }
+        if ep.conversation_id:
+            attrs[sc.GEN_AI_CONVERSATION_ID] = ep.conversation_id
+        if c.provider_name:
+            attrs[sc.GEN_AI_PROVIDER_NAME] = c.provider_name
+        attrs.update(c.accounting.as_attributes())
+        for dim, lim in ep.ledger.limits().items():
+            if lim is not None:
+                attrs[sc.bm_limit(dim)] = typed(dim, lim)
+        return attrs
 
     def leave(self) -> None:
         """The episode's block was left: its span is current no more."""
@@ -444,19 +450,19 @@ class EpisodeTelemetry:
         ``error.type``), the span's end, the turns metric and ``on_finish``."""
         span = self.span
         if span.is_recording():
-            span.set_attribute(sc.BM_STATUS, str(result.status))
+            attrs: dict[str, str | int | float] = {sc.BM_STATUS: str(result.status)}
             if result.stop_reason:
-                span.set_attribute(sc.BM_STOP_REASON, result.stop_reason)
-            span.set_attribute(sc.BM_MISTAKES, len(result.mistakes))
-            span.set_attribute(sc.BM_RECOVERIES, len(result.recoveries))
+                attrs[sc.BM_STOP_REASON] = result.stop_reason
+            attrs[sc.BM_MISTAKES] = len(result.mistakes)
+            attrs[sc.BM_RECOVERIES] = len(result.recoveries)
             used, limits = result.used, result.limits
             for dim in DIMENSIONS:
                 lim = limits[dim]
-                span.set_attribute(sc.bm_used(dim), typed(dim, used[dim]))
+                attrs[sc.bm_used(dim)] = typed(dim, used[dim])
                 if lim is not None:
-                    span.set_attribute(sc.bm_limit(dim), typed(dim, lim))
-                    left = typed(dim, max(0, lim - used[dim]))
-                    span.set_attribute(sc.bm_remaining(dim), left)
+                    attrs[sc.bm_limit(dim)] = typed(dim, lim)
+                    attrs[sc.bm_remaining(dim)] = typed(dim, max(0, lim - used[dim]))
+            span.set_attributes(attrs)
             set_outcome(span, result)
             if self._episode.controller.capture_content:
                 self._inst.content_traces.pop(self._episode, None)

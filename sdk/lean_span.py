@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
@@ -34,6 +34,7 @@ _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 #: (an API without the random-trace-id flag: never set).
 _FLAGS = tuple(TraceFlags((i & 1) | (_RANDOM if i & 2 else 0)) for i in range(4))
 _UNSET = Status(StatusCode.UNSET)
+_NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 # ends spans one at a time: a span ended twice at once is handed on once
 _END_LOCK = threading.Lock()
 
@@ -120,6 +121,28 @@ def _start_root(
     return LeanSpan(p, name, span_context, None, kind, on_exception).started(
         attributes if extra is None else extra, start_time
     )
+
+
+def _plain_event_attributes(
+    attributes: types.Attributes, limits: SpanLimits
+) -> Mapping[str, Any] | None:
+    """An event's attributes as ``BoundedAttributes`` would keep them, read-only, where
+    that is a plain copy: scalar values under non-empty string keys, within the count limit,
+    strings untruncated (no limit on their length). ``None`` otherwise (the SDK's code
+    cleans them)."""
+    if not attributes:
+        return _NO_ATTRIBUTES
+    maxlen = limits.max_event_attributes
+    if maxlen is not None and len(attributes) > maxlen:
+        return None
+    strings_kept = limits.max_attribute_length is None
+    for key, value in attributes.items():
+        kind = type(value)
+        if type(key) is not str or not key or kind not in _PLAIN:
+            return None
+        if kind is str and not strings_kept:
+            return None
+    return MappingProxyType(dict(attributes))
 
 
 class LeanSpan(trace.Span, ReadableSpan):
@@ -260,13 +283,15 @@ class LeanSpan(trace.Span, ReadableSpan):
         limits = self._pipeline.limits
         if not isinstance(self._events, BoundedList):
             self._events = BoundedList(limits.max_events)
-        bounded = BoundedAttributes(
-            limits.max_event_attributes,
-            attributes,
-            max_value_len=limits.max_attribute_length,
-            immutable=True,
-        )
-        self._events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+        plain = _plain_event_attributes(attributes, limits)
+        if plain is None:
+            plain = BoundedAttributes(
+                limits.max_event_attributes,
+                attributes,
+                max_value_len=limits.max_attribute_length,
+                immutable=True,
+            )
+        self._events.append(Event(name=name, attributes=plain, timestamp=timestamp))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         """Add a link under the link limits, as the SDK's span does."""

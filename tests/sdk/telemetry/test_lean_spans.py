@@ -100,7 +100,10 @@ def _shape(spans: Sequence[ReadableSpan]) -> list[dict[str, Any]]:
                 "flags": int(s.context.trace_flags),
                 "trace_state": s.context.trace_state.to_header(),
                 "attributes": [_timeless(k, v) for k, v in (s.attributes or {}).items()],
-                "events": [(e.name, list((e.attributes or {}).items())) for e in s.events],
+                "events": [
+                    (e.name, list((e.attributes or {}).items()), e.dropped_attributes)
+                    for e in s.events
+                ],
                 "links": [(link.context.span_id, dict(link.attributes or {})) for link in s.links],
                 "status": (s.status.status_code, s.status.description),
                 "dropped": (s.dropped_attributes, s.dropped_events, s.dropped_links),
@@ -191,6 +194,10 @@ def _span_by_hand(tracer: trace.Tracer) -> None:
     span.set_attributes({"m1": 1, "m2": "two", 5: "five", "": 0})  # type: ignore[dict-item]
     for n in range(6):
         span.add_event(f"e{n}", {"k": n, "s": "event string value", "x": 1, "y": 2})
+    # the SDK's own cleaning where an event's attributes are not plain scalars
+    span.add_event("listed", {"l": [1, 2], "k": 1})
+    span.add_event("bad keys", {"": 1, "ok": 2, 3: "three"})  # type: ignore[dict-item]
+    span.add_event("bare")
     span.add_link(parent.get_span_context(), {"why": "because"})
     span.update_name("renamed")
     span.set_status(StatusCode.ERROR, "bad")
