@@ -13,8 +13,12 @@ request fields, it answers with vLLM's response fields:
 * ``logprobs: true`` -> ``choices[0].logprobs.content[i].logprob`` per sampled id
   (``token`` is ``"token_id:<id>"`` with ``return_tokens_as_token_ids: true``).
 
-Requests that arrive together are sampled in one batch (one forward pass per
-token for all of them). A conversation's KV cache is kept across requests
+Requests are batched continuously (:mod:`~budgetmix.training.serving.continuous`, as
+vLLM's scheduler does): one forward pass per sampled id for every request running, and a
+request that arrives meanwhile joins the running batch at the next id; from idle, the
+first request waits ``batch_window_s`` for others, and up to ``batch_hold_s`` for as many
+as the last busy period served (a rollout's next turns). Each request samples with its
+own temperature and, given a ``seed``, its own generator. A conversation's KV cache is kept across requests
 (:class:`~budgetmix.training.serving.prefix_cache.PrefixCache`, on the in-process
 sampler's cache rows): a request feeds only the ids past the longest cached
 prefix, the cache holds at most ``max_cached_conversations`` conversations and
@@ -39,7 +43,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -118,6 +122,8 @@ class LocalOpenAIServer:
         seed: seeds the server's sampling generator.
         max_model_len: prompt + ``max_tokens`` above it is refused (400), as vLLM does.
         batch_window_s: how long the sampler waits for more requests to batch with the first.
+        batch_hold_s: from idle, how long it waits at most for as many requests as the last
+            busy period served (a rollout's next turns, which come back together).
         max_batch: most requests sampled in one batch.
         prefix_cache: keep conversations' KV caches across requests.
         max_cached_conversations, max_cached_columns: the prefix cache's bounds.
@@ -140,6 +146,7 @@ class LocalOpenAIServer:
         seed: int = 0,
         max_model_len: int = 4096,
         batch_window_s: float = 0.002,
+        batch_hold_s: float = 0.02,
         max_batch: int = 64,
         prefix_cache: bool = True,
         max_cached_conversations: int = 256,
@@ -154,9 +161,7 @@ class LocalOpenAIServer:
                 "LocalOpenAIServer: max_model_len and max_batch must be >= 1, log_size >= 0"
             )
         self.cache = (
-            PrefixCache(
-                model, max_entries=max_cached_conversations, max_columns=max_cached_columns
-            )
+            PrefixCache(model, max_entries=max_cached_conversations, max_columns=max_cached_columns)
             if prefix_cache
             else None
         )
@@ -167,6 +172,7 @@ class LocalOpenAIServer:
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.batch_window_s = batch_window_s
+        self.batch_hold_s = batch_hold_s
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
         pad = tokenizer.pad_token_id
@@ -342,59 +348,90 @@ class LocalOpenAIServer:
 
     # -- the sampler thread ------------------------------------------------------------
     def _sample_forever(self) -> None:
-        while (first := self._jobs.get()) is not None:
-            batch = [first]
-            deadline = time.monotonic() + self.batch_window_s
-            while len(batch) < self.max_batch:
-                try:
-                    job = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if job is None:
-                    self._jobs.put(None)  # seen again by the outer loop: stop after this batch
-                    break
-                batch.append(job)
-            groups: dict[tuple[float, int, int | None], list[_Job]] = {}
-            for job in batch:
-                groups.setdefault((job.temperature, job.max_tokens, job.seed), []).append(job)
-            for jobs in groups.values():
-                self._sample(jobs)
-
-    def _sample(self, jobs: Sequence[_Job]) -> None:
+        """Continuous batching (:mod:`~budgetmix.training.serving.continuous`): while
+        requests run, every forward pass admits the requests that arrived meanwhile. From
+        idle, the first request waits ``batch_window_s`` for others to start with it. The
+        model lock is held while any request runs: weights reload between busy periods."""
         import torch
-        from budgetmix.training.rollouts.sampler import KVCacheSampler, SamplingRule
+        from budgetmix.training.rollouts.attention import grouped_attention
+        from budgetmix.training.serving.continuous import ContinuousBatch
 
-        first = jobs[0]
-        gen = self.generator if first.seed is None else torch.Generator().manual_seed(first.seed)
-        try:
-            rule = SamplingRule(
-                stop_ids=frozenset(self.template.stop_token_ids),
-                pad_id=self.pad_id,
-                temperature=first.temperature,
-                generator=gen,
-            )
-            prompts = [j.prompt_ids for j in jobs]
+        batch = ContinuousBatch(
+            self.model,
+            cache=self.cache,
+            stop_ids=frozenset(self.template.stop_token_ids),
+            shared=self.generator,
+            max_rows=self.max_batch,
+        )
+        waiting: list[_Job] = []
+        gang = 0  # requests the last busy period served: as many may come back together
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                return
+            waiting.append(first)
+            now = time.monotonic()
+            stop = self._gather(waiting, now + self.batch_window_s, self.max_batch)
+            if not stop and len(waiting) < gang:  # the others' next turns, on their way
+                stop = self._gather(waiting, now + self.batch_hold_s, min(gang, self.max_batch))
+            served = batch.finished
             with self._lock:
-                if self.cache is not None:
-                    out = self.cache.sample(prompts, first.max_tokens, rule)
-                else:
-                    sampler = KVCacheSampler(self.model, rule, batch_size=len(jobs))
-                    out = sampler.sample(prompts, [None] * len(jobs), first.max_tokens)
-                version = self.weights_version
-                for job, g in zip(jobs, out, strict=True):
-                    reason = "length" if not g.stopped else "stop"
-                    self.log.append(
-                        ServedCompletion(tuple(job.prompt_ids), g.ids, g.logprobs, reason, version)
+                was_training = self.model.training
+                self.model.eval()
+                try:
+                    with torch.no_grad(), grouped_attention(self.model):
+                        while waiting or batch.running:
+                            joining, waiting = waiting[: batch.room], waiting[batch.room :]
+                            batch.step([self._request(job) for job in joining])
+                            stop = self._gather(waiting, None, self.max_batch) or stop
+                finally:
+                    self.model.train(was_training)
+            gang = batch.finished - served
+            if stop:
+                return
+
+    def _gather(self, waiting: list[_Job], until: float | None, want: int) -> bool:
+        """Move queued jobs to ``waiting``: those queued now, and with ``until`` those that
+        come before then, until ``want`` wait. True when the server is closing."""
+        while True:
+            if until is None or len(waiting) >= want:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    return False
+            else:
+                try:
+                    job = self._jobs.get(timeout=max(0.0, until - time.monotonic()))
+                except queue.Empty:
+                    return False
+            if job is None:
+                return True
+            waiting.append(job)
+
+    def _request(self, job: _Job) -> Any:
+        """``job`` as the batch samples it; its completion is logged when it ends."""
+        import torch
+        from budgetmix.training.serving.continuous import Request
+
+        own = None if job.seed is None else torch.Generator().manual_seed(job.seed)
+
+        def finish(result: Any) -> None:
+            if not isinstance(result, BaseException):
+                reason = "length" if not result.stopped else "stop"
+                self.log.append(
+                    ServedCompletion(
+                        tuple(job.prompt_ids),
+                        result.ids,
+                        result.logprobs,
+                        reason,
+                        self.weights_version,
                     )
+                )
                 del self.log[: max(0, len(self.log) - self.log_size)]
-        except Exception as exc:  # the request fails, the server goes on
-            for job in jobs:
-                job.result = exc
-                job.done.set()
-            return
-        for job, g in zip(jobs, out, strict=True):
-            job.result = g
+            job.result = result
             job.done.set()
+
+        return Request(job.prompt_ids, job.max_tokens, job.temperature, own, finish)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -124,15 +124,11 @@ class PrefixCache:
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, rule: SamplingRule
     ) -> list[Generation]:
         """The next response after each prompt, in order (as the sampler's uncached path)."""
-        if self._weights_stamp() != self._stamp:
-            self.clear()
-        sources = self._match(prompts)
-        rows = self._assemble(sources)
+        rows, new = self.admit(prompts)
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad(), grouped_attention(self.model):
-                new = [_suffix(rows, r, p) for r, p in enumerate(prompts)]
                 gens = _decode(rows, new, max_new_tokens, rule)
                 rows.compact()
         except BaseException:
@@ -140,17 +136,38 @@ class PrefixCache:
             raise
         finally:
             self.model.train(was_training)
-        self.hits += sum(len(p) - len(n) for p, n in zip(prompts, new, strict=True))
-        self.ids_fed += rows.ids_fed
-        if _reusable(rows.cache):
-            self.groups.append(rows)
-            for key, fed in zip(rows.keys, rows.fed, strict=True):
-                assert isinstance(key, int)
-                self._reindex(key, fed)
-            self._evict()
-        else:
-            self.clear()
+        self.keep(rows)
         return gens
+
+    def admit(self, prompts: Sequence[Sequence[int]]) -> tuple[_CacheRows, list[list[int]]]:
+        """Rows for ``prompts`` (row i serves prompt i): taken or copied from the cache, or
+        fresh, each rewound to its longest cached prefix; and the ids each row must still
+        be fed (at least one). Taken rows leave the cache until :meth:`keep` returns them."""
+        if self._weights_stamp() != self._stamp:
+            self.clear()
+        sources = self._match(prompts)
+        rows = self._assemble(sources)
+        for source in sources:
+            if source.take:  # out of the index too until kept again: no match finds it
+                self._unindex(source.key)
+        new = [_suffix(rows, r, p) for r, p in enumerate(prompts)]
+        self.hits += sum(len(p) - len(n) for p, n in zip(prompts, new, strict=True))
+        return rows, new
+
+    def keep(self, rows: _CacheRows) -> None:
+        """Cache ``rows`` (rows :meth:`admit` made, fed since): each holds its
+        conversation's ids for the next request to extend. The least recently used
+        entries are evicted past the bounds."""
+        self.ids_fed += rows.ids_fed
+        rows.ids_fed = 0
+        if not _reusable(rows.cache):
+            self.clear()
+            return
+        self.groups.append(rows)
+        for key, fed in zip(rows.keys, rows.fed, strict=True):
+            assert isinstance(key, int)
+            self._reindex(key, fed)
+        self._evict()
 
     def _match(self, prompts: Sequence[Sequence[int]]) -> list[_Source]:
         """Each prompt's source: prompts with the longest cached prefix choose first; a
