@@ -18,16 +18,16 @@ vLLM's scheduler does): one forward pass per sampled id for every request runnin
 request that arrives meanwhile joins the running batch at the next id; from idle, the
 first request waits ``batch_window_s`` for others, and up to ``batch_hold_s`` for as many
 as the last busy period served (a rollout's next turns). Each request samples with its
-own temperature and, given a ``seed``, its own generator. A conversation's KV cache is kept across requests
-(:class:`~budgetmix.training.serving.prefix_cache.PrefixCache`, on the in-process
-sampler's cache rows): a request feeds only the ids past the longest cached
-prefix, the cache holds at most ``max_cached_conversations`` conversations and
+own temperature and, given a ``seed``, its own generator. A conversation's KV cache is
+kept across requests (:class:`~budgetmix.training.serving.prefix_cache.PrefixCache`, on
+the in-process sampler's cache rows): a request feeds only the ids past the longest
+cached prefix, the cache holds at most ``max_cached_conversations`` conversations and
 ``max_cached_columns`` columns (least recently used evicted), and the ids are
 those of reading every prompt whole (``prefix_cache=False`` does that). Sampling
 is seeded: the server's generator by ``seed``, a request with its own ``seed``
 by that. The last ``log_size`` completions are logged
-(:attr:`LocalOpenAIServer.log`: the ids it was fed and returned; trimmed after
-each batch, :meth:`LocalOpenAIServer.drain_log` takes and clears it), which is
+(:attr:`LocalOpenAIServer.log`: the ids it was fed and returned; trimmed as each
+request ends, :meth:`LocalOpenAIServer.drain_log` takes and clears it), which is
 what tests compare training data with.
 
 Weights: the server samples from the model object it was given, so a trainer
@@ -391,8 +391,8 @@ class LocalOpenAIServer:
                 return
 
     def _gather(self, waiting: list[_Job], until: float | None, want: int) -> bool:
-        """Move queued jobs to ``waiting``: those queued now, and with ``until`` those that
-        come before then, until ``want`` wait. True when the server is closing."""
+        """Move queued jobs to ``waiting``: those queued now and, with ``until``, those that
+        arrive before then while fewer than ``want`` wait. True when the server is closing."""
         while True:
             if until is None or len(waiting) >= want:
                 try:
