@@ -59,7 +59,9 @@ def _trainer(tmp: Path, args: argparse.Namespace) -> Any:
     from budgetmix.training import TrainConfig
     from budgetmix.training.trainer import Trainer
 
-    save_tiny_checkpoint("qwen", build_bpe_tokenizer("qwen"), tmp / "base")
+    save_tiny_checkpoint(
+        "qwen", build_bpe_tokenizer("qwen"), tmp / "base", hidden=args.hidden, layers=args.layers
+    )
     config = TrainConfig(
         model_path=str(tmp / "base"),
         env="_server_rollout_env:PickEnv",
@@ -161,6 +163,7 @@ def _table(
     calls: dict[str, list[int]],
 ) -> str:
     lines = [
+        f"tiny Qwen2 (hidden {args.hidden}, {args.layers} layers), "
         f"{args.episodes} episodes, budget {args.turns} turns, <= {args.tokens} tokens per reply, "
         f"{args.repeats} repeats alternating, {args.threads} torch thread(s), "
         f"server: {args.parallel} episodes at once, batch window {args.batch_window * 1000:g} ms",
@@ -199,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--parallel", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=32, help="the tiny Qwen2's width")
+    parser.add_argument("--layers", type=int, default=1, help="the tiny Qwen2's depth")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-prefix-cache", action="store_true", help="re-read every prompt")
     parser.add_argument("--reread", action="store_true", help="also a server without cache")

@@ -96,9 +96,12 @@ def build_bpe_tokenizer(family: str, vocab_size: int = 700) -> Any:
     return tok
 
 
-def save_tiny_checkpoint(family: str, tokenizer: Any, path: Path, *, seed: int = 0) -> Any:
-    """A tiny Qwen2 or Llama model from config, saved with ``save_pretrained`` next to
-    ``tokenizer`` (Llama: ``generation_config`` lists three EOS ids, as Llama-3.1's does)."""
+def save_tiny_checkpoint(
+    family: str, tokenizer: Any, path: Path, *, seed: int = 0, hidden: int = 32, layers: int = 1
+) -> Any:
+    """A tiny Qwen2 or Llama model from config (``hidden`` wide, ``layers`` deep), saved with
+    ``save_pretrained`` next to ``tokenizer`` (Llama: ``generation_config`` lists three EOS
+    ids, as Llama-3.1's does)."""
     import torch
     from transformers import (
         GenerationConfig,
@@ -111,9 +114,9 @@ def save_tiny_checkpoint(family: str, tokenizer: Any, path: Path, *, seed: int =
     torch.manual_seed(seed)
     sizes: dict[str, Any] = {
         "vocab_size": len(tokenizer),
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
         "num_attention_heads": 2,
         "num_key_value_heads": 1,
         "max_position_embeddings": 4096,

@@ -16,8 +16,7 @@ request fields, it answers with vLLM's response fields:
 Requests are batched continuously (:mod:`~budgetmix.training.serving.continuous`, as
 vLLM's scheduler does): one forward pass per sampled id for every request running, and a
 request that arrives meanwhile joins the running batch at the next id; from idle, the
-first request waits ``batch_window_s`` for others, and up to ``batch_hold_s`` for as many
-as the last busy period served (a rollout's next turns). Each request samples with its
+first request waits ``batch_window_s`` for others. Each request samples with its
 own temperature and, given a ``seed``, its own generator. A conversation's KV cache is
 kept across requests (:class:`~budgetmix.training.serving.prefix_cache.PrefixCache`, on
 the in-process sampler's cache rows): a request feeds only the ids past the longest
@@ -122,8 +121,6 @@ class LocalOpenAIServer:
         seed: seeds the server's sampling generator.
         max_model_len: prompt + ``max_tokens`` above it is refused (400), as vLLM does.
         batch_window_s: how long the sampler waits for more requests to batch with the first.
-        batch_hold_s: from idle, how long it waits at most for as many requests as the last
-            busy period served (a rollout's next turns, which come back together).
         max_batch: most requests sampled in one batch.
         prefix_cache: keep conversations' KV caches across requests.
         max_cached_conversations, max_cached_columns: the prefix cache's bounds.
@@ -146,7 +143,6 @@ class LocalOpenAIServer:
         seed: int = 0,
         max_model_len: int = 4096,
         batch_window_s: float = 0.002,
-        batch_hold_s: float = 0.02,
         max_batch: int = 64,
         prefix_cache: bool = True,
         max_cached_conversations: int = 256,
@@ -172,7 +168,6 @@ class LocalOpenAIServer:
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.batch_window_s = batch_window_s
-        self.batch_hold_s = batch_hold_s
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
         pad = tokenizer.pad_token_id
@@ -364,17 +359,12 @@ class LocalOpenAIServer:
             max_rows=self.max_batch,
         )
         waiting: list[_Job] = []
-        gang = 0  # requests the last busy period served: as many may come back together
         while True:
             first = self._jobs.get()
             if first is None:
                 return
             waiting.append(first)
-            now = time.monotonic()
-            stop = self._gather(waiting, now + self.batch_window_s, self.max_batch)
-            if not stop and len(waiting) < gang:  # the others' next turns, on their way
-                stop = self._gather(waiting, now + self.batch_hold_s, min(gang, self.max_batch))
-            served = batch.finished
+            stop = self._gather(waiting, time.monotonic() + self.batch_window_s)
             with self._lock:
                 was_training = self.model.training
                 self.model.eval()
@@ -383,18 +373,18 @@ class LocalOpenAIServer:
                         while waiting or batch.running:
                             joining, waiting = waiting[: batch.room], waiting[batch.room :]
                             batch.step([self._request(job) for job in joining])
-                            stop = self._gather(waiting, None, self.max_batch) or stop
+                            stop = self._gather(waiting, None) or stop
                 finally:
                     self.model.train(was_training)
-            gang = batch.finished - served
             if stop:
                 return
 
-    def _gather(self, waiting: list[_Job], until: float | None, want: int) -> bool:
+    def _gather(self, waiting: list[_Job], until: float | None) -> bool:
         """Move queued jobs to ``waiting``: those queued now and, with ``until``, those that
-        arrive before then while fewer than ``want`` wait. True when the server is closing."""
+        arrive before then while fewer than ``max_batch`` wait. True when the server is
+        closing."""
         while True:
-            if until is None or len(waiting) >= want:
+            if until is None or len(waiting) >= self.max_batch:
                 try:
                     job = self._jobs.get_nowait()
                 except queue.Empty:
