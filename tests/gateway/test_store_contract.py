@@ -108,6 +108,21 @@ def test_a_chain_naming_an_unopened_ledger_is_a_store_error(store: LedgerStore) 
     assert store.read("a").used["turns"] == 0  # type: ignore[union-attr]
 
 
+def test_usage_is_added_over_the_whole_chain_or_not_at_all(store: LedgerStore) -> None:
+    store.open("c", LIMITS)
+    store.open("p", LIMITS)
+    rec = store.add(["c", "p"], {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
+    assert (rec.used["input_tokens"], rec.used["total_tokens"]) == (7, 10)
+    assert store.read("p").used["total_tokens"] == 10  # type: ignore[union-attr]
+    with pytest.raises(StoreError, match="nope"):
+        store.add(["c", "nope"], {"total_tokens": 5})
+    assert store.read("c").used["total_tokens"] == 10  # type: ignore[union-attr]
+    # fractional costs add exactly as Python adds them
+    store.add(["c"], {"cost_usd": 0.1})
+    assert store.add(["c"], {"cost_usd": 0.2}).used["cost_usd"] == 0.1 + 0.2
+    assert store.add(["c"], {"total_tokens": 1}).used["cost_usd"] == 0.1 + 0.2
+
+
 def test_links_expire(store: LedgerStore) -> None:
     store.link("resp_1", "conv-a", 60)
     store.link("resp_2", "conv-b", 0.001)
