@@ -17,7 +17,15 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
 from opentelemetry.sdk.util import BoundedList
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 from opentelemetry.util import types
 
 if TYPE_CHECKING:
@@ -75,18 +83,9 @@ def start_lean_span(
         random_id = getattr(parent.trace_flags, "random_trace_id", False)
         flags = _FLAGS[sampled | (2 if random_id else 0)]
         trace_state, extra = result.trace_state, result.attributes
-    span_context = SpanContext(
-        parent.trace_id,
-        p.id_generator.generate_span_id(),
-        is_remote=False,
-        trace_flags=flags,
-        trace_state=trace_state,
-    )
-    if not recording:
-        return trace.NonRecordingSpan(span_context)
-    return LeanSpan(p, name, span_context, parent, kind, on_exception).started(
-        attributes if extra is None else extra, start_time
-    )
+    kept = attributes if extra is None else extra
+    return _made(p, name, parent.trace_id, parent, kind, (flags, trace_state, recording), kept,
+                 start_time, on_exception)  # fmt: skip
 
 
 def _start_root(
@@ -109,18 +108,29 @@ def _start_root(
         trace_state, extra = result.trace_state, result.attributes
     random_id = p.id_generator.is_trace_id_random()
     flags = _FLAGS[bool(sampled) | (2 if random_id else 0)]
-    span_context = SpanContext(
-        trace_id,
-        p.id_generator.generate_span_id(),
-        is_remote=False,
-        trace_flags=flags,
-        trace_state=trace_state,
-    )
+    kept = attributes if extra is None else extra
+    return _made(p, name, trace_id, None, kind, (flags, trace_state, recording), kept,
+                 start_time, on_exception)  # fmt: skip
+
+
+def _made(
+    p: _Pipeline,
+    name: str,
+    trace_id: int,
+    parent: SpanContext | None,
+    kind: SpanKind,
+    decision: tuple[TraceFlags, TraceState | None, Any],
+    attributes: types.Attributes,
+    start_time: int | None,
+    on_exception: tuple[bool, bool],
+) -> trace.Span:
+    """The span the sampler's ``decision`` (flags, trace state, recording) makes: a lean
+    span, or a non-recording one."""
+    flags, trace_state, recording = decision
+    context = SpanContext(trace_id, p.id_generator.generate_span_id(), False, flags, trace_state)
     if not recording:
-        return trace.NonRecordingSpan(span_context)
-    return LeanSpan(p, name, span_context, None, kind, on_exception).started(
-        attributes if extra is None else extra, start_time
-    )
+        return trace.NonRecordingSpan(context)
+    return LeanSpan(p, name, context, parent, kind, on_exception).started(attributes, start_time)
 
 
 def _plain_event_attributes(
