@@ -121,7 +121,7 @@ class LocalOpenAIServer:
         seed: seeds the server's sampling generator.
         max_model_len: prompt + ``max_tokens`` above it is refused (400), as vLLM does.
         batch_window_s: how long the sampler waits for more requests to batch with the first.
-        max_batch: most requests sampled in one batch.
+        max_batch: most requests sampled at once (more wait for a row to free).
         prefix_cache: keep conversations' KV caches across requests.
         max_cached_conversations, max_cached_columns: the prefix cache's bounds.
         log_size: completions kept in :attr:`log` (the newest).
