@@ -73,7 +73,6 @@ class ContinuousBatch:
         self.rows: _CacheRows | None = None
         self.forward_passes = 0  # all steps so far
         self.finished = 0  # requests finished (sampled to their end) so far
-        self.ids_fed = 0  # ids run through the model (padding excluded), all steps
 
     @property
     def room(self) -> int:
@@ -109,10 +108,8 @@ class ContinuousBatch:
         before = self.rows.ids_fed
         logits = self.rows.feed(feed)
         self.forward_passes += 1
-        fed = self.rows.ids_fed - before
-        self.ids_fed += fed
-        if self.cache is not None:
-            self.cache.ids_fed += fed
+        if self.cache is not None:  # its count of ids read, as its own calls keep it
+            self.cache.ids_fed += self.rows.ids_fed - before
         tokens, logprobs = _draw(logits, self.running, self.shared)
         staying: list[int] = []
         ended: list[int] = []
