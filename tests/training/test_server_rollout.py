@@ -106,6 +106,54 @@ def test_stitch_one_row_when_prompts_extend_else_one_row_per_turn() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "asks", [{}, {"logprobs": True}, {"extra_body": {"return_token_ids": True}}]
+)
+def test_the_client_is_handed_what_it_asked_for_and_the_log_keeps_every_id(
+    asks: dict[str, Any],
+) -> None:
+    """TokenCapture asks for ids and log-probs; the SDK's response keeps only those the
+    client's own request asked for (no model object per sampled token), the log all."""
+    import openai
+    from budgetmix.training.serving.server_tokens import TokenCapture, TokenLog, token_log
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        body = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            **_vllm_body([1, 2, 3], [7, 8]),
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+        return httpx.Response(200, json=body)
+
+    client = openai.OpenAI(
+        api_key="k",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx.Client(transport=TokenCapture(httpx.MockTransport(reply))),
+    )
+    log = TokenLog()
+    slot = token_log.set(log)
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "x"}], **asks
+        )
+    finally:
+        token_log.reset(slot)
+    handed = json.loads(raw.http_response.content)
+    choice = handed["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "hi"}
+    assert ("prompt_token_ids" in handed) is ("extra_body" in asks)
+    assert ("token_ids" in choice) is ("extra_body" in asks)
+    assert (choice["logprobs"] is not None) is ("logprobs" in asks)
+    parsed = raw.parse()
+    assert (parsed.choices[0].logprobs is not None) is ("logprobs" in asks)
+    assert log.error is None
+    (ex,) = log.exchanges
+    assert (ex.prompt_ids, ex.completion_ids, ex.logprobs) == ((1, 2, 3), (7, 8), (-0.5, -0.5))
+
+
 def test_a_server_that_returns_no_ids_fails_the_batch_naming_the_field() -> None:
     sent: list[dict[str, Any]] = []
 
