@@ -31,7 +31,7 @@ from opentelemetry.util import types
 if TYPE_CHECKING:
     from budgetmix.lean_spans import _Pipeline
 
-__all__ = ["LeanSpan", "start_lean_span"]
+__all__ = ["LeanSpan", "start_lean_child", "start_lean_span"]
 
 # the SDK's own logger: a misuse warns where the SDK's spans warn
 _sdk_log = logging.getLogger("opentelemetry.sdk.trace")
@@ -86,6 +86,31 @@ def start_lean_span(
     kept = attributes if extra is None else extra
     return _made(p, name, parent.trace_id, parent, kind, (flags, trace_state, recording), kept,
                  start_time, on_exception)  # fmt: skip
+
+
+def start_lean_child(
+    p: _Pipeline, name: str, parent: SpanContext, kind: SpanKind, attributes: types.Attributes
+) -> trace.Span:
+    """:func:`start_lean_span` of a child of ``parent`` started now, for the default
+    sampler (the parent's decision), with the API's exception defaults: the turn's path,
+    made in one call."""
+    if not p.default_sampler or not parent.is_valid:
+        return start_lean_span(p, name, None, kind, attributes, None, (True, True), parent)
+    flags = parent.trace_flags
+    context = SpanContext(
+        parent.trace_id,
+        p.id_generator.generate_span_id(),
+        False,
+        _FLAGS[flags & 3],  # sampled as the parent, random id as its id
+        parent.trace_state,
+    )
+    if not flags & 1:
+        return trace.NonRecordingSpan(context)
+    span = LeanSpan(p, name, context, parent, kind)
+    if attributes:
+        span._set_mapping(attributes)
+    span._start_time = time_ns()
+    return span
 
 
 def _start_root(
@@ -204,16 +229,19 @@ class LeanSpan(trace.Span, ReadableSpan):
         string is made one where it can be)."""
         attrs = self._attributes
         maxlen = self._pipeline.limits.max_span_attributes
-        if (
-            not attrs
-            and self._pipeline.plain_strings
-            and (maxlen is None or len(attributes) <= maxlen)
+        if self._pipeline.plain_strings and (
+            maxlen is None or len(attrs) + len(attributes) <= maxlen
         ):
             for key, value in attributes.items():
                 if type(key) is not str or not key or type(value) not in _PLAIN:
                     break
             else:  # the usual case: plain values under string keys, within the limit
-                self._attributes = dict(attributes)
+                if not attrs:
+                    self._attributes = dict(attributes)
+                    return
+                for key in attributes:  # a key set again moves to the end, as _put does
+                    attrs.pop(key, None)
+                attrs.update(attributes)
                 return
         if not all(type(k) is str and k for k in attributes):
             cleaned = BoundedAttributes(

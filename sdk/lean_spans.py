@@ -55,12 +55,14 @@ class _Pipeline:
         "sampler",
         "scope",
         "start",
+        "start_child",
     )
 
     def __init__(self, tracer: Any) -> None:
-        from budgetmix.lean_span import start_lean_span  # the SDK is imported by now
+        from budgetmix.lean_span import start_lean_child, start_lean_span  # SDK imported now
 
         self.start: Callable[..., trace.Span] = start_lean_span
+        self.start_child: Callable[..., trace.Span] = start_lean_child
         self.sampler = tracer.sampler
         self.default_sampler = _is_default_sampler(tracer.sampler)
         self.id_generator = tracer.id_generator
@@ -168,11 +170,16 @@ class LeanTracer(trace.Tracer):
         parts, pipeline = self._known
         if parts is not None and parts[0] is tracer:
             try:
-                now = _parts(tracer)
+                if (  # _parts(tracer), item by item, without building it
+                    tracer.span_processor._span_processors is parts[1]
+                    and tracer.sampler is parts[2]
+                    and tracer.id_generator is parts[3]
+                    and tracer.resource is parts[4]
+                    and getattr(tracer, "_tracer_config", None) is parts[5]
+                ):
+                    return pipeline
             except AttributeError:
                 return None
-            if now == parts:  # item by item, identity first
-                return pipeline
         self._known = _read(tracer)
         return self._known[1]
 
@@ -220,6 +227,8 @@ class LeanTracer(trace.Tracer):
             context = trace.set_span_in_context(parent)
             return self.start_span(name, context, kind, attributes, None, start_time)
         parent_context = parent.get_span_context()
+        if start_time is None:
+            return pipeline.start_child(pipeline, name, parent_context, kind, attributes)
         return pipeline.start(
             pipeline, name, None, kind, attributes, start_time, _DEFAULTS, parent_context
         )

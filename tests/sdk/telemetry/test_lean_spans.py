@@ -192,6 +192,7 @@ def _span_by_hand(tracer: trace.Tracer) -> None:
     span.set_attribute("obj", object())  # type: ignore[arg-type]
     span.set_attribute("i", 2)  # moves to the end, as the SDK's does
     span.set_attributes({"m1": 1, "m2": "two", 5: "five", "": 0})  # type: ignore[dict-item]
+    span.set_attributes({"m3": 3, "i": 4, "m4": "four"})  # plain: "i" moves to the end
     for n in range(6):
         span.add_event(f"e{n}", {"k": n, "s": "event string value", "x": 1, "y": 2})
     # the SDK's own cleaning where an event's attributes are not plain scalars
