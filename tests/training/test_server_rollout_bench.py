@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -30,3 +31,20 @@ def test_the_server_rollout_bench_runs_in_quick_mode(tmp_path: Path) -> None:
         if line.startswith("| in-process") or line.startswith("| server")
     ]
     assert len(rows) == 2 and "server / in-process:" in table
+
+
+def test_the_token_capture_bench_times_both_clients_on_one_response() -> None:
+    """bench/token_capture.py: both paths parse the same canned vLLM response; the SDK
+    gets its log-probs only without TokenCapture (nothing about speed is asserted)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import token_capture as bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    paths = bench.clients(bench.vllm_response(reply=5, prompt=7))
+    assert set(paths) == {"SDK reads all", "TokenCapture"}
+    assert paths["SDK reads all"]().choices[0].logprobs is not None
+    handed = paths["TokenCapture"]()
+    assert handed.choices[0].logprobs is None and handed.choices[0].message.content
+    table = bench.run(argparse.Namespace(reply=5, prompt=7, repeats=2, calls=2))
+    assert "| TokenCapture |" in table and "TokenCapture / SDK reads all:" in table

@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import httpx
@@ -61,7 +62,7 @@ class Exchange:
 def _completion_ids(choice: Mapping[str, Any], content: Sequence[Any]) -> list[int]:
     ids = choice.get("token_ids")
     if isinstance(ids, list):
-        return [int(t) for t in ids]
+        return list(map(int, ids))
     tokens = [c.get("token", "") if isinstance(c, dict) else "" for c in content]
     if content and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
         return [int(t.removeprefix("token_id:")) for t in tokens]  # return_tokens_as_token_ids
@@ -95,10 +96,10 @@ def exchange_of(request: Mapping[str, Any], response: Mapping[str, Any]) -> Exch
         raise ConfigError(
             f"server response: {len(ids)} completion ids but {len(content)} log-probs"
         )
-    return Exchange(
-        prompt_ids=tuple(int(t) for t in prompt),
+    return Exchange(  # map: a 2,000-token reply is read in C, not a Python loop per id
+        prompt_ids=tuple(map(int, prompt)),
         completion_ids=tuple(ids),
-        logprobs=tuple(float(c["logprob"]) for c in content),
+        logprobs=tuple(map(float, map(itemgetter("logprob"), content))),
         finish_reason=str(choice.get("finish_reason") or ""),
         messages=tuple(request.get("messages") or ()),
         reply=dict(choice.get("message") or {}),
