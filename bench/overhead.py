@@ -251,6 +251,9 @@ def run(
         row: dict[str, Any] = {"turns": turns, "repeats": reps}
         for name, xs in samples.items():
             row[name] = _stats(xs)
+        # on / off within each repeat (the two were timed back to back): drift that moves
+        # both leaves the ratio, where it moves the two medians apart
+        row["paired"] = _stats([a / b for a, b in zip(samples["on"], samples["off"], strict=True)])
         rows.append(row)
     provider.shutdown()
     return rows
@@ -266,8 +269,8 @@ def markdown(rows: list[dict[str, Any]], timer: str = "wall") -> str:
         "| turns | repeats | bare loop us/turn | controller, tracing off us/turn "
         "| overhead off | controller, tracing on us/turn | overhead on "
         "| off / bare | on / bare | on / off | off + spans by hand us/turn "
-        "| by hand / off | on / by hand |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| by hand / off | on / by hand | on / off, paired |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         bare, off, on, hand = r["bare"][0], r["off"][0], r["on"][0], r["hand"][0]
@@ -275,12 +278,15 @@ def markdown(rows: list[dict[str, Any]], timer: str = "wall") -> str:
             f"| {r['turns']} | {r['repeats']} | {_cell(r['bare'])} | {_cell(r['off'])} "
             f"| **{off - bare:.1f}** | {_cell(r['on'])} | **{on - bare:.1f}** "
             f"| {off / bare:.1f}x | {on / bare:.1f}x | **{on / off:.2f}x** "
-            f"| {_cell(r['hand'])} | {hand / off:.2f}x | **{on / hand:.2f}x** |"
+            f"| {_cell(r['hand'])} | {hand / off:.2f}x | **{on / hand:.2f}x** "
+            f"| {_cell(r['paired'])}x |"
         )
     lines.append("")
     lines.append(
         f"{timer} time; medians over repeats, interquartile range in parentheses; overhead = "
-        f"controller median - bare median; ratios of medians of the same run. Targets: "
+        f"controller median - bare median; ratios of medians of the same run; on / off, "
+        f"paired: the median (IQR) over repeats of each repeat's on / off, timed back to "
+        f"back. Targets: "
         f"<= {TARGET_OFF_US:g} us/turn off, <= {TARGET_ON_US:g} us/turn on on an idle machine; "
         f"on / off <= {TARGET_ON_OFF:g}x and on / by hand <= {TARGET_ON_HAND:g}x (checked by "
         f"--check); by hand = tracing off plus the same spans made with bare SDK calls. "
