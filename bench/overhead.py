@@ -9,7 +9,9 @@ tracing off (no tracer provider: the OpenTelemetry API's no-op) and on (SDK
 everything). A fourth loop, "by hand", is the controller with tracing off plus the
 spans tracing on emits (an episode's, and per turn a chat span and an execute_tool
 span, current while the tool runs, with the same names and attributes) made with bare
-OpenTelemetry SDK calls: what these spans cost in this SDK, whoever makes them. All
+OpenTelemetry SDK calls: what these spans cost in this SDK, whoever makes them. A
+fifth, "unexported", is tracing on under a provider whose one span processor drops each
+span at its end: budgetmix's span path without the BatchSpanProcessor's cost. All
 configurations run interleaved in one process; a sample is
 back-to-back episodes of one length (>= 1000 turns in all), and each cell is the
 median over samples of (time / turns), with the interquartile range.
@@ -42,7 +44,7 @@ from typing import Any
 from budgetmix import Budget, BudgetController
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
@@ -85,6 +87,14 @@ class DropExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
+        pass
+
+
+class DropAtEnd(SpanProcessor):
+    """A span processor that drops each span as it ends: tracing on without an export
+    pipeline, so what budgetmix's span path costs alone (the ``unexported`` column)."""
+
+    def on_end(self, span: ReadableSpan) -> None:
         pass
 
 
@@ -229,6 +239,9 @@ def run(
     provider.add_span_processor(processor)
     off = BudgetController(Budget(turns=1), name="bench")
     on = BudgetController(Budget(turns=1), name="bench", tracer_provider=provider)
+    dropping = TracerProvider()
+    dropping.add_span_processor(DropAtEnd())
+    unexported = BudgetController(Budget(turns=1), name="bench", tracer_provider=dropping)
     tracer = provider.get_tracer("bench")
     rows = []
     for turns in turn_counts:
@@ -238,6 +251,7 @@ def run(
             "off": lambda n: controller_loop(off, n),
             "on": lambda n: controller_loop(on, n),
             "hand": functools.partial(by_hand_loop, off, tracer, template),
+            "unexported": lambda n: controller_loop(unexported, n),
         }
         reps = repeats if repeats is not None else 25
         samples: dict[str, list[float]] = {k: [] for k in configs}
@@ -269,8 +283,8 @@ def markdown(rows: list[dict[str, Any]], timer: str = "wall") -> str:
         "| turns | repeats | bare loop us/turn | controller, tracing off us/turn "
         "| overhead off | controller, tracing on us/turn | overhead on "
         "| off / bare | on / bare | on / off | off + spans by hand us/turn "
-        "| by hand / off | on / by hand | on / off, paired |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| by hand / off | on / by hand | on / off, paired | unexported / off |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         bare, off, on, hand = r["bare"][0], r["off"][0], r["on"][0], r["hand"][0]
@@ -279,14 +293,15 @@ def markdown(rows: list[dict[str, Any]], timer: str = "wall") -> str:
             f"| **{off - bare:.1f}** | {_cell(r['on'])} | **{on - bare:.1f}** "
             f"| {off / bare:.1f}x | {on / bare:.1f}x | **{on / off:.2f}x** "
             f"| {_cell(r['hand'])} | {hand / off:.2f}x | **{on / hand:.2f}x** "
-            f"| {_cell(r['paired'])}x |"
+            f"| {_cell(r['paired'])}x | {r['unexported'][0] / off:.2f}x |"
         )
     lines.append("")
     lines.append(
         f"{timer} time; medians over repeats, interquartile range in parentheses; overhead = "
         f"controller median - bare median; ratios of medians of the same run; on / off, "
         f"paired: the median (IQR) over repeats of each repeat's on / off, timed back to "
-        f"back. Targets: "
+        f"back; unexported: tracing on with a span processor that drops each span at its "
+        f"end (no BatchSpanProcessor): budgetmix's own span path. Targets: "
         f"<= {TARGET_OFF_US:g} us/turn off, <= {TARGET_ON_US:g} us/turn on on an idle machine; "
         f"on / off <= {TARGET_ON_OFF:g}x and on / by hand <= {TARGET_ON_HAND:g}x (checked by "
         f"--check); by hand = tracing off plus the same spans made with bare SDK calls. "
