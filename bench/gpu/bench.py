@@ -42,6 +42,8 @@ PATHS = {
     "vllm": "budgetmix + vLLM (vllm.LLM)",
     "trl_budgetmix": "TRL GRPOTrainer + budgetmix rollout_func (vLLM colocate)",
     "trl_native": "TRL GRPOTrainer, its own vLLM generation (colocate)",
+    "vllm_server": "budgetmix ServerRollouts + vllm serve (tool env)",
+    "trl_server": "TRL GRPOTrainer + budgetmix rollout_func (vLLM server mode)",
 }
 
 
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-steps", type=int, default=60, help="warm start; 0 keeps random weights")
     p.add_argument("--trl-steps", type=_positive, default=4, help="TRL steps (first is warm-up)")
     p.add_argument("--gpu-memory", type=float, default=0.35, help="vLLM gpu_memory_utilization")
-    p.add_argument("--phase-timeout", type=_positive, default=200, help="seconds per path")
+    p.add_argument("--phase-timeout", type=_positive, default=400, help="seconds per path")
     p.add_argument("--device", default="cuda", help="device of the in-process path")
     p.add_argument("--prepare-only", action="store_true", help="make the model and stop (CPU)")
     p.add_argument("--phase", choices=sorted(PATHS), help=argparse.SUPPRESS)
@@ -108,7 +110,7 @@ def write_results(out: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any
     """``results.json`` (meta + rows) and ``results.md`` (a table, ratios to in-process)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": list(rows)}, indent=2))
-    ref = next((r for r in rows if r["path"] == "inprocess" and r.get("ok")), None)
+    first = next((r for r in rows if r["path"] == "inprocess" and r.get("ok")), None)
     lines = [
         f"# GPU bench ({meta.get('gpu', 'unknown GPU')}, {meta.get('date', '')})",
         "",
@@ -117,7 +119,9 @@ def write_results(out: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any
     ]
     for r in rows:
         tps = r.get("rollout_tokens_per_s")
-        ratio = f"{tps / ref['rollout_tokens_per_s']:.1f}" if tps and ref else "-"
+        # a row on other episodes (the server paths' tool environment) brings its own
+        ref = r.get("reference_tokens_per_s") or (first or {}).get("rollout_tokens_per_s")
+        ratio = f"{tps / ref:.1f}" if tps and ref else "-"
         steps = f"{r['steps_per_s']:.3f}" if r.get("steps_per_s") else "-"
         lines.append(
             f"| {PATHS[r['path']]} | {f'{tps:.0f}' if tps else '-'} | {ratio} | {steps} "
@@ -165,7 +169,10 @@ def _run_phase(args: argparse.Namespace, name: str, model_dir: Path) -> dict[str
     if proc.returncode != 0 or not part.is_file():
         (args.out / f"{name}.log").write_text(proc.stdout + proc.stderr)
         return {"path": name, "ok": False, "note": f"failed, see {name}.log"}
-    return {"path": name, "ok": True, **json.loads(part.read_text())}
+    result = json.loads(part.read_text())
+    if "skipped" in result:  # cannot run on this machine, and says why
+        return {"path": name, "ok": True, "note": f"not run: {result['skipped']}"}
+    return {"path": name, "ok": True, **result}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

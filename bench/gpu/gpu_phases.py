@@ -95,13 +95,17 @@ def vllm_engine(args: Any) -> dict[str, Any]:
     )
 
 
-def _grpo_config(args: Any, out: str, completion: int) -> Any:
+def _grpo_config(args: Any, out: str, completion: int, server_base_url: str | None = None) -> Any:
+    """TRL's config: vLLM colocate, or server mode against ``server_base_url``."""
     import trl
 
+    mode: dict[str, Any] = {"vllm_mode": "colocate"}
+    if server_base_url is not None:
+        mode = {"vllm_mode": "server", "vllm_server_base_url": server_base_url}
     return trl.GRPOConfig(
         output_dir=out,
         use_vllm=True,
-        vllm_mode="colocate",
+        **mode,
         vllm_gpu_memory_utilization=args.gpu_memory,
         vllm_max_model_length=4096,
         per_device_train_batch_size=args.groups * args.group_size,
@@ -123,8 +127,9 @@ def _step_rate(trainer: Any) -> float:
     return 1.0 / statistics.median(times[1:] or times)
 
 
-def trl_budgetmix(args: Any) -> dict[str, Any]:
-    """TRL's GRPOTrainer (vLLM colocate) fed by our multi-turn ``rollout_func``."""
+def trl_budgetmix(args: Any, server_base_url: str | None = None) -> dict[str, Any]:
+    """TRL's GRPOTrainer (vLLM colocate, or server mode at ``server_base_url``) fed by our
+    multi-turn ``rollout_func``."""
     import datasets
     import trl
     from budgetmix.training.engines.trl_adapter import budget_reward, make_rollout_func
@@ -146,7 +151,7 @@ def trl_budgetmix(args: Any) -> dict[str, Any]:
         trainer = trl.GRPOTrainer(
             model=str(args.model_dir),
             reward_funcs=budget_reward,
-            args=_grpo_config(args, out, args.max_new_tokens * args.ceiling),
+            args=_grpo_config(args, out, args.max_new_tokens * args.ceiling, server_base_url),
             train_dataset=datasets.Dataset.from_dict({"prompt": [t.task_id for t in tasks] * 8}),
             processing_class=tok,
             rollout_func=rollout_func,
@@ -208,11 +213,18 @@ def trl_native(args: Any) -> dict[str, Any]:
     }
 
 
+def _server_phases() -> dict[str, Any]:
+    from gpu_server import trl_server, vllm_server  # bench/gpu/, on sys.path
+
+    return {"vllm_server": vllm_server, "trl_server": trl_server}
+
+
 PHASES = {
     "inprocess": inprocess,
     "vllm": vllm_engine,
     "trl_budgetmix": trl_budgetmix,
     "trl_native": trl_native,
+    **_server_phases(),
 }
 
 

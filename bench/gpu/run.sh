@@ -7,7 +7,8 @@
 # (BENCH_VENV, default ~/.cache/budgetmix-bench-gpu/venv; BENCH_SKIP_INSTALL=1 reuses it
 # or the python in BENCH_PYTHON), then runs bench/gpu/bench.py. Pins: VLLM_SPEC
 # (default vllm==0.31.0, the newest vLLM TRL 1.16 supports: 0.22 to 0.31) and TRL_SPEC
-# (default trl==1.16.0). See bench/gpu/README.md.
+# (default trl==1.16.0). Then the experiment's GPU preset (bench/gpu/design.sh, one seed
+# per base unless DESIGN_SEEDS; BENCH_DESIGN=0 skips it). See bench/gpu/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -43,5 +44,17 @@ PYEOF
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} TOKENIZERS_PARALLELISM=false
 t0=$(date +%s)
-"$PY" bench/gpu/bench.py --out "$OUT" "$@"
+status=0
+"$PY" bench/gpu/bench.py --out "$OUT" "$@" || status=$?
 echo "bench/gpu/run.sh: bench ran in $(( $(date +%s) - t0 )) s; results in $OUT/results.md"
+
+# The experiment's GPU preset (bench/gpu/design.sh): DESIGN_SEEDS training seeds per base
+# (default 1 here; the preregistered design is 8: DESIGN_SEEDS=8); BENCH_DESIGN=0 skips it.
+if [ "${BENCH_DESIGN:-1}" != 0 ]; then
+    t0=$(date +%s)
+    BENCH_PYTHON="$PY" SEEDS=${DESIGN_SEEDS:-1} OUT="$OUT/design" bash bench/gpu/design.sh \
+        > "$OUT/design.log" 2>&1 || status=$?
+    echo "bench/gpu/run.sh: the GPU preset ran in $(( $(date +%s) - t0 )) s (status $status);" \
+        "$OUT/design/summary.json, log $OUT/design.log"
+fi
+exit "$status"

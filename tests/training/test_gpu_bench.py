@@ -1,6 +1,6 @@
 """The CPU-checkable parts of bench/gpu/ (flags, model and tokenizer, the in-process path, results).
 
-The vLLM and TRL-colocate paths need a CUDA device and vLLM: ``bash bench/gpu/run.sh``
+The vLLM, TRL and vllm-serve paths need a CUDA device and vLLM: ``bash bench/gpu/run.sh``
 on a GPU machine runs them (bench/gpu/README.md); here they are skipped with that reason.
 """
 
@@ -68,6 +68,13 @@ def test_results_are_written_as_json_and_a_table(tmp_path: Path) -> None:
         {"path": "inprocess", "ok": True, "rollout_tokens_per_s": 100.0, "sampled_tokens": 50},
         {"path": "vllm", "ok": True, "rollout_tokens_per_s": 450.0, "sampled_tokens": 52},
         {"path": "trl_native", "ok": False, "note": "timed out after 200 s"},
+        {  # on other episodes: its ratio is to its own in-process reference
+            "path": "vllm_server",
+            "ok": True,
+            "rollout_tokens_per_s": 300.0,
+            "reference_tokens_per_s": 150.0,
+            "sampled_tokens": 40,
+        },
     ]
     meta = {"gpu": "X", "date": "d", "settings": {"groups": 16}, "versions": {"vllm": "0.31.0"}}
     bench.write_results(tmp_path, rows, meta)
@@ -75,6 +82,7 @@ def test_results_are_written_as_json_and_a_table(tmp_path: Path) -> None:
     table = (tmp_path / "results.md").read_text()
     assert "| budgetmix + vLLM (vllm.LLM) | 450 | 4.5 | - | 52 |" in table
     assert "timed out after 200 s" in table and "groups=16" in table
+    assert "| budgetmix ServerRollouts + vllm serve (tool env) | 300 | 2.0 | - | 40 |" in table
 
 
 def test_flags_are_checked() -> None:
@@ -96,8 +104,92 @@ def test_without_vllm_the_bench_says_how_to_run_it(
 
 @pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
-    reason="the vLLM and TRL-colocate paths need CUDA and vLLM: bash bench/gpu/run.sh on a GPU",
+    reason="the vLLM, TRL and vllm-serve paths need CUDA and vLLM: bash bench/gpu/run.sh on a GPU",
 )
 def test_gpu_paths(tmp_path: Path) -> None:  # pragma: no cover - GPU machines only
     status = bench.main(["--out", str(tmp_path), "--groups", "2", "--group-size", "2"])
     assert status == 0, (tmp_path / "results.md").read_text()
+
+
+# -- the server paths (bench/gpu/gpu_server.py): what a CPU can check ------------------------
+HEALTHY = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == sys.argv[2] else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+print("serving", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_served_command_is_waited_for_and_its_process_group_stopped(tmp_path: Path) -> None:
+    import gpu_server
+
+    port = gpu_server.free_port()
+    command = [sys.executable, "-c", HEALTHY, str(port), "/health"]
+    log = tmp_path / "serve.log"
+    with gpu_server.served(command, f"http://127.0.0.1:{port}/health", log) as proc:
+        assert proc.poll() is None  # answered its health route, still running
+    assert proc.poll() is not None  # stopped with its group
+    assert "serving" in log.read_text()
+    crash = [sys.executable, "-c", "print('no model here'); raise SystemExit(3)"]
+    with (
+        pytest.raises(RuntimeError, match=r"exited with 3: .*no model here"),
+        gpu_server.served(crash, f"http://127.0.0.1:{port}/health", log),
+    ):
+        pass
+    other = gpu_server.free_port()
+    never = [sys.executable, "-c", HEALTHY, str(other), "/elsewhere"]
+    health = f"http://127.0.0.1:{other}/health"
+    with (
+        pytest.raises(RuntimeError, match="not healthy after 2 s"),
+        gpu_server.served(never, health, log, timeout_s=2),
+    ):
+        pass
+
+
+def test_vllm_serve_is_started_as_the_training_docs_say() -> None:
+    import gpu_server
+
+    command = gpu_server.vllm_serve_command(Path("m"), 8123, 0.3)
+    assert command[1:3] == ["serve", "m"] and Path(command[0]).name == "vllm"
+    docs = (GPU.parents[1] / "docs" / "training.md").read_text()
+    for flag in ("--enable-auto-tool-choice", "--tool-call-parser hermes",
+                 "--logprobs-mode processed_logprobs", "--served-model-name policy"):  # fmt: skip
+        assert flag in docs and flag in " ".join(command)
+    trl = gpu_server.trl_serve_command(Path("m"), 8124, 0.3)
+    assert trl[1:4] == ["vllm-serve", "--model", "m"] and "8124" in trl
+
+
+@pytest.mark.slow
+def test_the_server_path_rolls_out_through_an_openai_compatible_server(model_dir: Path) -> None:
+    """The vllm_server phase's rollouts, against the loopback server that speaks vLLM's
+    fields (vllm serve needs a GPU)."""
+    import gpu_server
+    from budgetmix.training.serving.openai_server import LocalOpenAIServer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    args = argparse.Namespace(groups=2, group_size=2, max_new_tokens=4, ceiling=4)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    with LocalOpenAIServer(model, tok, model_name="policy") as server:
+        row = gpu_server.server_rollouts_rate(server.base_url, "policy", args)
+    assert row["episodes"] == 4 and row["sampled_tokens"] > 0 and row["mean_turns"] >= 1
+    assert row["rollout_tokens_per_s"] == pytest.approx(row["sampled_tokens"] / row["seconds"])
+
+
+@pytest.mark.slow
+def test_trl_server_mode_on_fewer_than_two_gpus_says_why_it_did_not_run(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("two GPUs here: TRL's server mode runs (bash bench/gpu/run.sh)")
+    args = bench.build_parser().parse_args(["--out", str(tmp_path), "--device", "cpu"])
+    row = bench._run_phase(args, "trl_server", model_dir)
+    assert row["ok"] and row["note"].startswith("not run: TRL's server mode runs")
+    assert "separate CUDA devices" in row["note"] and "rollout_tokens_per_s" not in row
