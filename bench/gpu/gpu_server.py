@@ -212,16 +212,16 @@ def inprocess_rate(args: Any) -> float:
         t0 = time.perf_counter()
         rows = run_rollouts(tool_specs(args), gen, codec, settings(args))
         rates.append(sum(r.sampled_tokens for r in rows) / (time.perf_counter() - t0))
-    del model
-    if args.device != "cpu":
-        torch.cuda.empty_cache()
     return statistics.median(rates)
 
 
 def vllm_server(args: Any) -> dict[str, Any]:
     """ServerRollouts against ``vllm serve`` on this GPU, beside in-process on the same
     episodes."""
-    reference = inprocess_rate(args)  # first: its memory is freed before vLLM starts
+    import torch
+
+    reference = inprocess_rate(args)  # first: its model is freed before vLLM starts
+    torch.cuda.empty_cache()
     port = free_port()
     command = vllm_serve_command(args.model_dir, port, args.gpu_memory)
     log = Path(args.out) / "vllm_server.serve.log"

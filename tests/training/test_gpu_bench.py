@@ -179,6 +179,9 @@ def test_the_server_path_rolls_out_through_an_openai_compatible_server(model_dir
         row = gpu_server.server_rollouts_rate(server.base_url, "policy", args)
     assert row["episodes"] == 4 and row["sampled_tokens"] > 0 and row["mean_turns"] >= 1
     assert row["rollout_tokens_per_s"] == pytest.approx(row["sampled_tokens"] / row["seconds"])
+    # the row's reference: the same episodes rolled out in-process
+    local = argparse.Namespace(**vars(args), model_dir=model_dir, device="cpu")
+    assert gpu_server.inprocess_rate(local) > 0
 
 
 @pytest.mark.slow
