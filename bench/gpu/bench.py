@@ -162,12 +162,20 @@ def _run_phase(args: argparse.Namespace, name: str, model_dir: Path) -> dict[str
     cmd += [f"--max-new-tokens={args.max_new_tokens}", f"--ceiling={args.ceiling}"]
     cmd += [f"--trl-steps={args.trl_steps}", f"--gpu-memory={args.gpu_memory}"]
     cmd += [f"--device={args.device}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        proc = subprocess.run(cmd, timeout=args.phase_timeout, capture_output=True, text=True)
+        output, _ = proc.communicate(timeout=args.phase_timeout)
     except subprocess.TimeoutExpired:
+        proc.terminate()  # SIGTERM: the phase stops the servers it started (see main)
+        try:
+            output, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        (args.out / f"{name}.log").write_text(output)
         return {"path": name, "ok": False, "note": f"timed out after {args.phase_timeout} s"}
     if proc.returncode != 0 or not part.is_file():
-        (args.out / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        (args.out / f"{name}.log").write_text(output)
         return {"path": name, "ok": False, "note": f"failed, see {name}.log"}
     result = json.loads(part.read_text())
     if "skipped" in result:  # cannot run on this machine, and says why
@@ -180,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.phase:
         from gpu_phases import run_phase  # GPU code, imported only in a phase process
+        from gpu_server import stop_on_sigterm
+
+        stop_on_sigterm()  # a phase past its timeout stops the servers it started
 
         result = run_phase(args.phase, args)
         (args.out / f"{args.phase}.json").write_text(json.dumps(result))

@@ -93,6 +93,12 @@ def trl_serve_command(model_dir: Path, port: int, gpu_memory: float) -> list[str
     ]  # fmt: skip
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM unwind this process (``SystemExit``), so that :func:`served` stops the
+    servers it started: bench.py sends it to a phase past its timeout."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 @contextlib.contextmanager
 def served(
     command: Sequence[str],
@@ -138,17 +144,17 @@ def served(
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group, SIGKILL it after 30 s."""
-    if proc.poll() is not None:
-        return
+    """SIGTERM the server's process group (its workers too, such as vLLM's engine core,
+    also when the leader is gone already), SIGKILL what is left after 30 s."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # members that outlived the leader
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _tail(log: Path, chars: int = 2000) -> str:
@@ -165,18 +171,19 @@ def server_rollouts_rate(base_url: str, model: str, args: Any) -> dict[str, Any]
     )
     try:
         driver(tool_specs(args))
-        times, tokens, turns = [], 0, 0
+        times, rates, tokens, turns = [], [], 0, 0
         for _ in range(3):
             t0 = time.perf_counter()
             rows = driver(tool_specs(args))
             times.append(time.perf_counter() - t0)
             tokens = sum(r.sampled_tokens for r in rows)
+            rates.append(tokens / times[-1])
             turns = driver.report.requests
     finally:
         driver.close()
     seconds = statistics.median(times)
-    return {
-        "rollout_tokens_per_s": tokens / seconds,
+    return {  # the median of the batches' rates, as inprocess_rate's
+        "rollout_tokens_per_s": statistics.median(rates),
         "sampled_tokens": tokens,
         "episodes": driver.report.episodes,
         "mean_turns": turns / max(driver.report.episodes, 1),
@@ -218,9 +225,12 @@ def inprocess_rate(args: Any) -> float:
 def vllm_server(args: Any) -> dict[str, Any]:
     """ServerRollouts against ``vllm serve`` on this GPU, beside in-process on the same
     episodes."""
+    import gc
+
     import torch
 
     reference = inprocess_rate(args)  # first: its model is freed before vLLM starts
+    gc.collect()  # the model sits in a reference cycle: collected here, not at return
     torch.cuda.empty_cache()
     port = free_port()
     command = vllm_serve_command(args.model_dir, port, args.gpu_memory)

@@ -7,10 +7,13 @@ vLLM returns the ids a Chat Completions request was fed and sampled when asked
 an httpx transport under the OpenAI client, asks every request for them and
 records each response's :class:`Exchange` in the :class:`TokenLog` of the
 episode played in its thread (:data:`token_log`). The client is then handed the
-response to the request it sent: the ids and log-probs it did not ask for are taken
-out, so the OpenAI SDK does not build a model object per sampled token (about 10 ms
-per 2,000-token reply, against 0.7 ms for the same reply without them). :func:`stitch` turns one
-episode's exchanges into training rows (see :mod:`budgetmix.training.serving.server_rollout`).
+response without the ids and log-probs it did not ask for, so the OpenAI SDK does not
+build a model object per sampled token (about 10 ms per 2,000-token reply, against 0.7
+ms for the same reply without them). A client that asks for log-probs itself gets them
+as the server wrote them for the request as sent: with
+``return_tokens_as_token_ids``, each ``token`` reads ``"token_id:<id>"``, not text.
+:func:`stitch` turns one episode's exchanges into training rows (see
+:mod:`budgetmix.training.serving.server_rollout`).
 """
 
 from __future__ import annotations
