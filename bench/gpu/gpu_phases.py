@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from budgetmix.policies.samplers import BudgetMix
 from budgetmix.training.envs import env_tasks
 from budgetmix.training.rollouts.chat import ChatCodec
-from budgetmix.training.rollouts.generation import ModelGenerator, TokenGenerator
-from budgetmix.training.rollouts.rollout import EpisodeSpec, RolloutSettings, run_rollouts
+from budgetmix.training.rollouts.generation import TokenGenerator
+from budgetmix.training.rollouts.rollout import EpisodeSpec, run_rollouts
+from gpu_server import (  # bench/gpu/, on sys.path
+    episode_specs,
+    model_generator,
+    trl_server,
+    vllm_server,
+)
+from gpu_server import settings as _settings
 
 ENV_KWARGS = {"letters": "abcd", "min_len": 1, "max_len": 3}
 
 
 def _specs(args: Any) -> list[EpisodeSpec]:
-    rng = random.Random(0)
-    sampler = BudgetMix(ceiling=args.ceiling)
-    tasks = env_tasks("echo", range(args.groups), ENV_KWARGS)
-    return [
-        EpisodeSpec(task=t, budget=sampler.sample(rng), group=g)
-        for g, t in enumerate(tasks)
-        for _ in range(args.group_size)
-    ]
-
-
-def _settings(args: Any) -> RolloutSettings:
-    return RolloutSettings(max_new_tokens=args.max_new_tokens, max_total_tokens=4096)
+    return episode_specs(args, "echo", ENV_KWARGS)
 
 
 def _timed_rollouts(gen: TokenGenerator, codec: ChatCodec, args: Any) -> dict[str, Any]:
@@ -56,20 +50,7 @@ def _timed_rollouts(gen: TokenGenerator, codec: ChatCodec, args: Any) -> dict[st
 
 def inprocess(args: Any) -> dict[str, Any]:
     """budgetmix's own sampler on the GPU (transformers model, KV cache kept across turns)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(args.model_dir)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16)
-    model.to(args.device)
-    codec = ChatCodec.for_model(model, tok)
-    gen = ModelGenerator(
-        model,
-        eos_token_id=codec.eos_token_id,
-        stop_token_ids=codec.stop_token_ids,
-        pad_token_id=int(tok.pad_token_id),
-        batch_size=args.groups * args.group_size,
-        generator=torch.Generator(device=args.device).manual_seed(0),
-    )
+    gen, codec = model_generator(args)
     return _timed_rollouts(gen, codec, args)
 
 
@@ -213,18 +194,13 @@ def trl_native(args: Any) -> dict[str, Any]:
     }
 
 
-def _server_phases() -> dict[str, Any]:
-    from gpu_server import trl_server, vllm_server  # bench/gpu/, on sys.path
-
-    return {"vllm_server": vllm_server, "trl_server": trl_server}
-
-
 PHASES = {
     "inprocess": inprocess,
     "vllm": vllm_engine,
     "trl_budgetmix": trl_budgetmix,
     "trl_native": trl_native,
-    **_server_phases(),
+    "vllm_server": vllm_server,
+    "trl_server": trl_server,
 }
 
 

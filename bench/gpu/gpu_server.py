@@ -41,16 +41,22 @@ SERVER_ENV = "faulty_tools"
 SERVED_NAME = "policy"
 
 
-def tool_specs(args: Any) -> list[EpisodeSpec]:
-    """``groups x group_size`` episodes of :data:`SERVER_ENV` under BudgetMix budgets."""
+def episode_specs(args: Any, env: str, kwargs: Mapping[str, Any]) -> list[EpisodeSpec]:
+    """``groups x group_size`` episodes of ``env`` under BudgetMix budgets (seeded: every
+    path and batch rolls out the same specs)."""
     rng = random.Random(0)
     sampler = BudgetMix(ceiling=args.ceiling)
-    tasks = env_tasks(SERVER_ENV, range(args.groups), {})
+    tasks = env_tasks(env, range(args.groups), kwargs)
     return [
         EpisodeSpec(task=t, budget=sampler.sample(rng), group=g)
         for g, t in enumerate(tasks)
         for _ in range(args.group_size)
     ]
+
+
+def tool_specs(args: Any) -> list[EpisodeSpec]:
+    """The server paths' episodes: :data:`SERVER_ENV`'s."""
+    return episode_specs(args, SERVER_ENV, {})
 
 
 def settings(args: Any) -> RolloutSettings:
@@ -192,13 +198,12 @@ def server_rollouts_rate(base_url: str, model: str, args: Any) -> dict[str, Any]
     }
 
 
-def inprocess_rate(args: Any) -> float:
-    """Sampled tokens/s of :func:`tool_specs` rolled out by budgetmix's in-process sampler
-    on ``args.device`` (warm-up, then the median of three batches)."""
+def model_generator(args: Any) -> tuple[Any, Any]:
+    """budgetmix's in-process sampler for ``args.model_dir`` on ``args.device`` (bf16 on a
+    GPU; transformers model, KV cache kept across turns) and its chat codec."""
     import torch
     from budgetmix.training.rollouts.chat import ChatCodec
     from budgetmix.training.rollouts.generation import ModelGenerator
-    from budgetmix.training.rollouts.rollout import run_rollouts
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.model_dir)
@@ -213,6 +218,15 @@ def inprocess_rate(args: Any) -> float:
         batch_size=args.groups * args.group_size,
         generator=torch.Generator(device=args.device).manual_seed(0),
     )
+    return gen, codec
+
+
+def inprocess_rate(args: Any) -> float:
+    """Sampled tokens/s of :func:`tool_specs` rolled out by :func:`model_generator`
+    (warm-up, then the median of three batches)."""
+    from budgetmix.training.rollouts.rollout import run_rollouts
+
+    gen, codec = model_generator(args)
     run_rollouts(tool_specs(args), gen, codec, settings(args))
     rates = []
     for _ in range(3):
