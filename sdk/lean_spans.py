@@ -170,16 +170,11 @@ class LeanTracer(trace.Tracer):
         parts, pipeline = self._known
         if parts is not None and parts[0] is tracer:
             try:
-                if (  # _parts(tracer), item by item, without building it
-                    tracer.span_processor._span_processors is parts[1]
-                    and tracer.sampler is parts[2]
-                    and tracer.id_generator is parts[3]
-                    and tracer.resource is parts[4]
-                    and getattr(tracer, "_tracer_config", None) is parts[5]
-                ):
-                    return pipeline
+                now = _parts(tracer)
             except AttributeError:
                 return None
+            if now == parts:  # item by item, identity first
+                return pipeline
         self._known = _read(tracer)
         return self._known[1]
 

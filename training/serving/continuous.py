@@ -33,7 +33,8 @@ __all__ = ["ContinuousBatch", "Request"]
 @dataclass(slots=True, eq=False)
 class Request:
     """One completion to sample: its prompt ids, its sampling, and where its result goes
-    (``finish`` gets the :class:`Generation`, or the exception that failed it)."""
+    (``finish`` gets the :class:`Generation`, or the exception that failed it). Equal only
+    to itself (``eq=False``): ``in`` finds this request, not one with the same fields."""
 
     prompt: Sequence[int]
     max_tokens: int
@@ -90,7 +91,7 @@ class ContinuousBatch:
         try:
             self._step(joining)
         except Exception as exc:
-            failed = [*self.running, *(r for r in joining if not _among(r, self.running))]
+            failed = [*self.running, *(r for r in joining if r not in self.running)]
             self.running, self.rows = [], None
             if self.cache is not None:
                 self.cache.clear()
@@ -170,10 +171,6 @@ def _draw(
             tokens[i] = int(own)
     chosen = logp.gather(-1, tokens[:, None]).squeeze(-1)
     return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
-
-
-def _among(request: Request, requests: Sequence[Request]) -> bool:
-    return any(request is r for r in requests)
 
 
 def _padded(tensor: torch.Tensor, width: int) -> torch.Tensor:
